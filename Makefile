@@ -1,0 +1,31 @@
+# Makefile for idem, a PostgreSQL extension built with PGXS.
+#
+#   make            build
+#   make install    install into the PostgreSQL that pg_config names
+#   make run        build, install and start a private throwaway server
+#   make test       every test suite, each against a temporary server
+#
+# The version lives in idem.control only.
+
+EXTENSION = idem
+EXTVERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" idem.control)
+
+MODULE_big = idem
+OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
+
+DATA = $(wildcard idem--*.sql)
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+.PHONY: test run stop
+
+test:
+	@PG_CONFIG='$(PG_CONFIG)' IDEM_CFLAGS='$(IDEM_CFLAGS)' bash test/run.sh
+
+run:
+	@PG_CONFIG='$(PG_CONFIG)' bash test/demo.sh start
+
+stop:
+	@PG_CONFIG='$(PG_CONFIG)' bash test/demo.sh stop

@@ -1,0 +1,182 @@
+/* idem--0.1.0.sql: the record table and the SQL-callable API of idem */
+
+\echo Use "CREATE EXTENSION idem" to load this file. \quit
+
+/*
+ * One row per (tenant, endpoint, key).  The key columns use the "C"
+ * collation: equality is then plain byte comparison, which is both what an
+ * idempotency key means and immune to collation-library upgrades.  The
+ * fillfactor leaves room on each page so that finishing a claim, which
+ * changes no indexed column, is a HOT update.
+ */
+CREATE TABLE idem_record (
+	tenant				text COLLATE "C" NOT NULL,
+	endpoint			text COLLATE "C" NOT NULL,
+	key					text COLLATE "C" NOT NULL,
+	state				text NOT NULL
+		CHECK (state IN ('pending', 'succeeded', 'failed')),
+	retryable			boolean NOT NULL DEFAULT false,
+	fingerprint			bytea CHECK (octet_length(fingerprint) = 32),
+	status				integer CHECK (status BETWEEN 100 AND 599),
+	body				bytea,
+	attempt				integer NOT NULL CHECK (attempt >= 1),
+	created_at			timestamptz NOT NULL,
+	claimed_at			timestamptz NOT NULL,
+	lease_expires_at	timestamptz NOT NULL,
+	finished_at			timestamptz,
+	expires_at			timestamptz NOT NULL
+) WITH (fillfactor = 70);
+
+CREATE UNIQUE INDEX idem_record_key ON idem_record (tenant, endpoint, key);
+CREATE INDEX idem_record_expires ON idem_record (expires_at);
+
+COMMENT ON TABLE idem_record IS
+	'idempotency records: one per tenant, endpoint and key';
+COMMENT ON COLUMN idem_record.state IS
+	'pending (claimed, not finished), succeeded or failed';
+COMMENT ON COLUMN idem_record.retryable IS
+	'for a failed record: true when the next claim may execute again (a system error or a release)';
+COMMENT ON COLUMN idem_record.fingerprint IS
+	'SHA-256 of the request fingerprint given to the first claim';
+COMMENT ON COLUMN idem_record.attempt IS
+	'1 for the first claim, one more for each re-claim; the fencing token';
+COMMENT ON COLUMN idem_record.lease_expires_at IS
+	'when a committed pending claim stops being in_progress and becomes unknown';
+
+/* pg_dump keeps the records: they are data, not configuration we recreate */
+SELECT pg_catalog.pg_extension_config_dump('idem_record', '');
+
+REVOKE ALL ON idem_record FROM PUBLIC;
+
+/*
+ * The API.  Every function runs as the extension owner, who alone may touch
+ * idem_record, with a pinned search_path; the C code also schema-qualifies
+ * every object and operator it uses.
+ */
+CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
+						   fingerprint bytea DEFAULT NULL,
+						   wait boolean DEFAULT false,
+						   lease interval DEFAULT NULL,
+						   OUT outcome text, OUT status integer,
+						   OUT body bytea, OUT attempt integer,
+						   OUT created_at timestamptz,
+						   OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_claim'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
+						   fingerprint text,
+						   wait boolean DEFAULT false,
+						   lease interval DEFAULT NULL,
+						   OUT outcome text, OUT status integer,
+						   OUT body bytea, OUT attempt integer,
+						   OUT created_at timestamptz,
+						   OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_claim'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
+						   fingerprint jsonb,
+						   wait boolean DEFAULT false,
+						   lease interval DEFAULT NULL,
+						   OUT outcome text, OUT status integer,
+						   OUT body bytea, OUT attempt integer,
+						   OUT created_at timestamptz,
+						   OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_claim_jsonb'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body bytea,
+							  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body text,
+							  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body jsonb,
+							  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete_jsonb'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body bytea,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body text,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body jsonb,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail_jsonb'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
+							OUT outcome text, OUT status integer,
+							OUT body bytea, OUT attempt integer,
+							OUT created_at timestamptz,
+							OUT expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_replay'
+LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_release(tenant text, endpoint text, key text,
+							 attempt integer DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_release'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_purge()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_purge'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_purge() FROM PUBLIC;
+
+COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval) IS
+	'claim a key before executing a request: claimed, replay, in_progress, mismatch or unknown';
+COMMENT ON FUNCTION idem_complete(text, text, text, integer, bytea, integer) IS
+	'finish a pending claim with the response to replay';
+COMMENT ON FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer) IS
+	'finish a pending claim as failed: replayed, or re-executable when retryable';
+COMMENT ON FUNCTION idem_replay(text, text, text) IS
+	'read-only look-up of what a claim would answer, without claiming';
+COMMENT ON FUNCTION idem_release(text, text, text, integer) IS
+	'drop a pending claim so that the next claim executes again';
+COMMENT ON FUNCTION idem_purge() IS
+	'delete expired records now; returns how many';

@@ -1,0 +1,95 @@
+--
+-- errors.sql: every bad input is an ERROR with its own SQLSTATE, never a
+-- NULL result or a silent no-op
+--
+CREATE EXTENSION idem;
+
+-- run one statement; say the SQLSTATE and message it raised
+CREATE FUNCTION pg_temp.err(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE stmt;
+	RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+
+-- NULL tenant, endpoint or key: 22004, for every function
+SELECT pg_temp.err($$SELECT idem_claim(NULL, 'e', 'k')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', NULL, 'k')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', NULL)$$);
+SELECT pg_temp.err($$SELECT idem_complete(NULL, 'e', 'k', 200, 'b')$$);
+SELECT pg_temp.err($$SELECT idem_fail('t', NULL, 'k', 500, 'b')$$);
+SELECT pg_temp.err($$SELECT idem_release('t', 'e', NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM idem_replay(NULL, 'e', 'k')$$);
+
+-- empty: 22023
+SELECT pg_temp.err($$SELECT idem_claim('', 'e', 'k')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', '', 'k')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', '')$$);
+SELECT pg_temp.err($$SELECT * FROM idem_replay('t', 'e', '')$$);
+
+-- longer than 255 bytes: 22001; 255 bytes is fine, counted in bytes
+SELECT pg_temp.err(format('SELECT idem_claim(%L, ''e'', ''k'')', repeat('t', 256)));
+SELECT pg_temp.err(format('SELECT idem_claim(''t'', %L, ''k'')', repeat('e', 300)));
+SELECT pg_temp.err(format('SELECT idem_claim(''t'', ''e'', %L)', repeat('é', 128)));
+SELECT pg_temp.err(format('SELECT idem_complete(''t'', ''e'', %L, 200, ''b'')', repeat('k', 256)));
+SELECT outcome FROM idem_claim('t', 'e', repeat('k', 255));
+
+-- status outside 100..599 or NULL
+SELECT outcome FROM idem_claim('t', 'e', 'status');
+SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'status', 99, 'b')$$);
+SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'status', 600, 'b')$$);
+SELECT pg_temp.err($$SELECT idem_fail('t', 'e', 'status', -1, 'b')$$);
+SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'status', NULL, 'b')$$);
+-- the claim is still pending after those errors
+SELECT outcome FROM idem_replay('t', 'e', 'status');
+
+-- a body over idem.max_body_size: 54000, whatever its type
+SET idem.max_body_size = '1kB';
+SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'status', 200, repeat('x', 1025))$$);
+SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'status', 200, convert_to(repeat('x', 1025), 'UTF8'))$$);
+SELECT pg_temp.err($$SELECT idem_fail('t', 'e', 'status', 500, to_jsonb(repeat('x', 1030)))$$);
+SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'status', 200, repeat('x', 1024))$$);
+RESET idem.max_body_size;
+
+-- finishing a key with no matching pending claim: 55000
+SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'never-claimed', 200, 'b')$$);
+SELECT pg_temp.err($$SELECT idem_fail('t', 'e', 'never-claimed', 500, 'b')$$);
+SELECT pg_temp.err($$SELECT idem_release('t', 'e', 'never-claimed')$$);
+SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'status', 200, 'again')$$);
+SELECT pg_temp.err($$SELECT idem_fail('t', 'e', 'status', 500, 'again')$$);
+SELECT pg_temp.err($$SELECT idem_release('t', 'e', 'status')$$);
+SELECT outcome FROM idem_claim('t', 'e', 'fenced');
+SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'fenced', 200, 'b', attempt => 2)$$);
+SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'fenced', 200, 'b', attempt => 0)$$);
+
+-- other NULL or invalid arguments
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', wait => NULL)$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', lease => '0 s')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', lease => '-1 min')$$);
+SELECT pg_temp.err($$SELECT idem_fail('t', 'e', 'fenced', 500, 'b', retryable => NULL)$$);
+-- none of those left a record behind
+SELECT count(*) FROM idem_record WHERE key = 'w';
+
+-- the caller's transaction is left exactly as PostgreSQL's own errors
+-- leave it: aborted until rolled back, and the claim before it gone
+BEGIN;
+SELECT outcome FROM idem_claim('t', 'e', 'in-tx');
+SELECT idem_complete('t', 'e', 'in-tx', 700, 'b');
+SELECT 1;
+ROLLBACK;
+SELECT count(*) FROM idem_record WHERE key = 'in-tx';
+
+-- a read-only transaction cannot claim: 25006
+BEGIN READ ONLY;
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'ro')$$);
+SELECT count(*) FROM idem_replay('t', 'e', 'status');
+COMMIT;
+
+-- messages name the value
+SELECT idem_complete('t', 'e', 'status', 42, 'b');
+SELECT idem_complete('t', 'e', 'never-claimed', 200, 'b');
+SELECT idem_claim('t', 'e', repeat('k', 256));
+DROP EXTENSION idem;

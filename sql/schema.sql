@@ -1,0 +1,55 @@
+--
+-- schema.sql: what CREATE EXTENSION builds, and what pg_dump relies on
+--
+CREATE SCHEMA api;
+CREATE EXTENSION idem SCHEMA api;
+
+-- everything lives in the schema the DBA named
+SELECT e.extname, n.nspname, e.extversion, e.extrelocatable
+  FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+ WHERE e.extname = 'idem';
+SELECT pg_describe_object(classid, objid, objsubid) AS member
+  FROM pg_depend
+ WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem')
+ ORDER BY 1;
+
+-- pg_dump dumps the records: the table is a configuration table with no filter
+SELECT extconfig::regclass[], extcondition FROM pg_extension WHERE extname = 'idem';
+
+-- the table: columns, the unique key, the purge index, fillfactor for HOT
+\d api.idem_record
+SELECT reloptions FROM pg_class WHERE oid = 'api.idem_record'::regclass;
+
+-- every function runs as the owner with a pinned search_path
+SELECT p.oid::regprocedure AS function, p.prosecdef, p.provolatile,
+       p.proisstrict, p.proconfig
+  FROM pg_proc p WHERE p.pronamespace = 'api'::regnamespace ORDER BY 1;
+
+-- it works from there, called with a schema-qualified name
+SET search_path = public;
+SELECT outcome FROM api.idem_claim('acme', 'POST /orders', 'k1');
+SELECT api.idem_complete('acme', 'POST /orders', 'k1', 200, 'ok');
+SELECT outcome, convert_from(body, 'UTF8') AS body FROM api.idem_claim('acme', 'POST /orders', 'k1');
+
+-- completing a claim is a HOT update
+BEGIN;
+SELECT outcome FROM api.idem_claim('acme', 'POST /orders', 'hot');
+SELECT api.idem_complete('acme', 'POST /orders', 'hot', 200, 'hot body');
+SELECT pg_stat_get_xact_tuples_updated('api.idem_record'::regclass) >= 1 AS updated,
+       pg_stat_get_xact_tuples_hot_updated('api.idem_record'::regclass) =
+       pg_stat_get_xact_tuples_updated('api.idem_record'::regclass) AS all_hot;
+COMMIT;
+
+-- a replay writes nothing and takes no transaction id
+BEGIN;
+SELECT outcome FROM api.idem_claim('acme', 'POST /orders', 'hot');
+SELECT txid_current_if_assigned() IS NULL AS no_xid;
+COMMIT;
+
+-- dropping and creating the extension again, elsewhere, in one session
+DROP EXTENSION idem;
+CREATE EXTENSION idem SCHEMA public;
+SELECT outcome FROM idem_claim('acme', 'POST /orders', 'k1');
+DROP EXTENSION idem;
+DROP SCHEMA api;

@@ -1,0 +1,331 @@
+/*-------------------------------------------------------------------------
+ *
+ * api.c
+ *	  The SQL-callable functions: unpack and check arguments, call the
+ *	  protocol, build the result.
+ *
+ * None of these functions is STRICT: a NULL argument is a caller's bug and
+ * gets an error naming it, never a NULL result.  Each bad-input SQLSTATE is
+ * chosen in one helper here.  The bytea and text overloads share a C
+ * function (both are varlenas whose payload is the bytes); the jsonb ones
+ * canonicalize first.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "idem.h"
+
+PG_FUNCTION_INFO_V1(idem_claim);
+PG_FUNCTION_INFO_V1(idem_claim_jsonb);
+PG_FUNCTION_INFO_V1(idem_complete);
+PG_FUNCTION_INFO_V1(idem_complete_jsonb);
+PG_FUNCTION_INFO_V1(idem_fail);
+PG_FUNCTION_INFO_V1(idem_fail_jsonb);
+PG_FUNCTION_INFO_V1(idem_replay);
+PG_FUNCTION_INFO_V1(idem_release);
+PG_FUNCTION_INFO_V1(idem_purge);
+
+/* The row type of idem_claim and idem_replay, built once per backend */
+static TupleDesc answer_desc = NULL;
+
+static void
+require_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+}
+
+/* The tenant, endpoint and key: arguments 0 to 2 of every function */
+static void
+key_from_args(FunctionCallInfo fcinfo, IdemKey *key)
+{
+	static const char *const names[] = {"tenant", "endpoint", "key"};
+	text	   *parts[3];
+
+	for (int i = 0; i < 3; i++)
+	{
+		int			len;
+
+		require_not_null(fcinfo, i, names[i]);
+		parts[i] = PG_GETARG_TEXT_PP(i);
+		len = VARSIZE_ANY_EXHDR(parts[i]);
+		if (len == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must not be empty", names[i])));
+		if (len > IDEM_MAX_KEY_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("%s \"%.*s...\" is too long", names[i],
+							pg_mbcliplen(VARDATA_ANY(parts[i]), len, 32),
+							VARDATA_ANY(parts[i])),
+					 errdetail("The %s is %d bytes long; the limit is %d bytes.",
+							   names[i], len, IDEM_MAX_KEY_BYTES)));
+	}
+	key->tenant = parts[0];
+	key->endpoint = parts[1];
+	key->key = parts[2];
+}
+
+static int32
+status_from_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int32		status;
+
+	require_not_null(fcinfo, argno, "status");
+	status = PG_GETARG_INT32(argno);
+	if (status < 100 || status > 599)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("status %d is not an HTTP status code", status),
+				 errdetail("A status must be between 100 and 599.")));
+	return status;
+}
+
+/* A response body, NULL for none; jsonb bodies are stored as their text */
+static bytea *
+body_from_arg(FunctionCallInfo fcinfo, int argno, bool jsonb)
+{
+	bytea	   *body;
+	int64		limit = (int64) idem_max_body_size * 1024;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	body = jsonb ? jsonb_body(PG_GETARG_DATUM(argno)) : PG_GETARG_BYTEA_PP(argno);
+	if (VARSIZE_ANY_EXHDR(body) > limit)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("response body of %zu bytes is larger than idem.max_body_size",
+						(size_t) VARSIZE_ANY_EXHDR(body)),
+				 errdetail("idem.max_body_size is %lld bytes.", (long long) limit)));
+	return body;
+}
+
+/* An optional fencing token: false when the caller gave none */
+static bool
+attempt_from_arg(FunctionCallInfo fcinfo, int argno, int32 *attempt)
+{
+	if (PG_ARGISNULL(argno))
+		return false;
+	*attempt = PG_GETARG_INT32(argno);
+	if (*attempt < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempt %d is not a valid attempt number", *attempt),
+				 errdetail("Attempts are numbered from 1.")));
+	return true;
+}
+
+static bool
+bool_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	require_not_null(fcinfo, argno, name);
+	return PG_GETARG_BOOL(argno);
+}
+
+static TupleDesc
+get_answer_desc(FunctionCallInfo fcinfo)
+{
+	if (answer_desc == NULL)
+	{
+		TupleDesc	desc;
+		MemoryContext old;
+
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		answer_desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+		MemoryContextSwitchTo(old);
+	}
+	return answer_desc;
+}
+
+static HeapTuple
+answer_tuple(FunctionCallInfo fcinfo, const IdemAnswer *answer)
+{
+	Datum		values[6];
+	bool		nulls[6];
+
+	values[0] = CStringGetTextDatum(outcome_name(answer->outcome));
+	nulls[0] = false;
+	values[1] = Int32GetDatum(answer->status);
+	nulls[1] = !answer->has_status;
+	values[2] = PointerGetDatum(answer->body);
+	nulls[2] = answer->body == NULL;
+	values[3] = Int32GetDatum(answer->attempt);
+	values[4] = TimestampTzGetDatum(answer->created_at);
+	values[5] = TimestampTzGetDatum(answer->expires_at);
+	nulls[3] = nulls[4] = nulls[5] = !answer->has_record;
+
+	return heap_form_tuple(get_answer_desc(fcinfo), values, nulls);
+}
+
+static Datum
+claim(FunctionCallInfo fcinfo, bool jsonb)
+{
+	IdemKey		key;
+	IdemFingerprint fp = {false};
+	IdemAnswer	answer;
+	bool		wait;
+	Interval   *lease;
+
+	key_from_args(fcinfo, &key);
+	if (!PG_ARGISNULL(3))
+	{
+		if (jsonb)
+			fingerprint_jsonb(PG_GETARG_DATUM(3), &fp);
+		else
+		{
+			bytea	   *raw = PG_GETARG_BYTEA_PP(3);
+
+			fingerprint_bytes(VARDATA_ANY(raw), VARSIZE_ANY_EXHDR(raw), &fp);
+		}
+	}
+	wait = bool_from_arg(fcinfo, 4, "wait");
+	lease = PG_ARGISNULL(5) ? NULL : PG_GETARG_INTERVAL_P(5);
+
+	protocol_claim(&key, &fp, wait, lease, fcinfo->flinfo->fn_oid, &answer);
+	return HeapTupleGetDatum(answer_tuple(fcinfo, &answer));
+}
+
+Datum
+idem_claim(PG_FUNCTION_ARGS)
+{
+	return claim(fcinfo, false);
+}
+
+Datum
+idem_claim_jsonb(PG_FUNCTION_ARGS)
+{
+	return claim(fcinfo, true);
+}
+
+static Datum
+complete(FunctionCallInfo fcinfo, bool jsonb)
+{
+	IdemKey		key;
+	int32		status;
+	bytea	   *body;
+	int32		attempt = 0;
+	bool		has_attempt;
+
+	key_from_args(fcinfo, &key);
+	status = status_from_arg(fcinfo, 3);
+	body = body_from_arg(fcinfo, 4, jsonb);
+	has_attempt = attempt_from_arg(fcinfo, 5, &attempt);
+
+	protocol_finish(&key, IDEM_FINISH_COMPLETE, has_attempt, attempt,
+					true, status, body, fcinfo->flinfo->fn_oid);
+	PG_RETURN_VOID();
+}
+
+Datum
+idem_complete(PG_FUNCTION_ARGS)
+{
+	return complete(fcinfo, false);
+}
+
+Datum
+idem_complete_jsonb(PG_FUNCTION_ARGS)
+{
+	return complete(fcinfo, true);
+}
+
+static Datum
+fail(FunctionCallInfo fcinfo, bool jsonb)
+{
+	IdemKey		key;
+	int32		status;
+	bytea	   *body;
+	bool		retryable;
+	int32		attempt = 0;
+	bool		has_attempt;
+
+	key_from_args(fcinfo, &key);
+	status = status_from_arg(fcinfo, 3);
+	body = body_from_arg(fcinfo, 4, jsonb);
+	retryable = bool_from_arg(fcinfo, 5, "retryable");
+	has_attempt = attempt_from_arg(fcinfo, 6, &attempt);
+
+	protocol_finish(&key,
+					retryable ? IDEM_FINISH_FAIL_RETRYABLE : IDEM_FINISH_FAIL,
+					has_attempt, attempt, true, status, body,
+					fcinfo->flinfo->fn_oid);
+	PG_RETURN_VOID();
+}
+
+Datum
+idem_fail(PG_FUNCTION_ARGS)
+{
+	return fail(fcinfo, false);
+}
+
+Datum
+idem_fail_jsonb(PG_FUNCTION_ARGS)
+{
+	return fail(fcinfo, true);
+}
+
+Datum
+idem_release(PG_FUNCTION_ARGS)
+{
+	IdemKey		key;
+	int32		attempt = 0;
+	bool		has_attempt;
+
+	key_from_args(fcinfo, &key);
+	has_attempt = attempt_from_arg(fcinfo, 3, &attempt);
+
+	PG_RETURN_BOOL(protocol_finish(&key, IDEM_FINISH_RELEASE, has_attempt,
+								   attempt, false, 0, NULL,
+								   fcinfo->flinfo->fn_oid));
+}
+
+/*
+ * A set-returning function of at most one row, so that "no record" is no
+ * row rather than a row of NULLs.
+ */
+Datum
+idem_replay(PG_FUNCTION_ARGS)
+{
+	FuncCallContext *funcctx;
+
+	if (SRF_IS_FIRSTCALL())
+	{
+		IdemKey		key;
+		IdemAnswer	answer;
+		MemoryContext old;
+
+		funcctx = SRF_FIRSTCALL_INIT();
+		old = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
+		key_from_args(fcinfo, &key);
+		if (protocol_replay(&key, fcinfo->flinfo->fn_oid, &answer))
+		{
+			funcctx->user_fctx = answer_tuple(fcinfo, &answer);
+			funcctx->max_calls = 1;
+		}
+		MemoryContextSwitchTo(old);
+	}
+
+	funcctx = SRF_PERCALL_SETUP();
+	if (funcctx->call_cntr < funcctx->max_calls)
+		SRF_RETURN_NEXT(funcctx,
+						HeapTupleGetDatum((HeapTuple) funcctx->user_fctx));
+	SRF_RETURN_DONE(funcctx);
+}
+
+Datum
+idem_purge(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64((int64) protocol_purge(fcinfo->flinfo->fn_oid));
+}

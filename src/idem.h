@@ -1,0 +1,145 @@
+/*-------------------------------------------------------------------------
+ *
+ * idem.h
+ *	  Types and prototypes shared by the rooms of the idem extension.
+ *
+ * A request flows one way: the SQL entry points (api.c) check arguments and
+ * hand a key to the protocol (protocol.c), which decides over a record's
+ * state and asks record.c, the only code that knows idem_record's columns,
+ * to read or write it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_H
+#define IDEM_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "utils/timestamp.h"
+
+/* SHA-256 digest length: the size of a stored request fingerprint */
+#define IDEM_FINGERPRINT_LEN	32
+
+/* Longest tenant, endpoint or key, in bytes */
+#define IDEM_MAX_KEY_BYTES		255
+
+/* What a claim answers */
+typedef enum IdemOutcome
+{
+	IDEM_CLAIMED,
+	IDEM_REPLAY,
+	IDEM_IN_PROGRESS,
+	IDEM_MISMATCH,
+	IDEM_UNKNOWN
+} IdemOutcome;
+
+/* A record's state, as stored in idem_record.state */
+typedef enum IdemState
+{
+	IDEM_PENDING,
+	IDEM_SUCCEEDED,
+	IDEM_FAILED
+} IdemState;
+
+/* The scope of a record: tenant + endpoint + key, all non-empty text */
+typedef struct IdemKey
+{
+	text	   *tenant;
+	text	   *endpoint;
+	text	   *key;
+} IdemKey;
+
+/* An optional request fingerprint, already digested */
+typedef struct IdemFingerprint
+{
+	bool		present;
+	uint8		digest[IDEM_FINGERPRINT_LEN];
+} IdemFingerprint;
+
+/* A record as read from idem_record */
+typedef struct IdemRecord
+{
+	IdemState	state;
+	bool		retryable;
+	IdemFingerprint fingerprint;
+	bool		has_status;
+	int32		status;
+	bytea	   *body;			/* NULL when the response had none */
+	int32		attempt;
+	TimestampTz created_at;
+	TimestampTz lease_expires_at;
+	TimestampTz expires_at;
+} IdemRecord;
+
+/* The row idem_claim and idem_replay return */
+typedef struct IdemAnswer
+{
+	IdemOutcome outcome;
+	bool		has_record;		/* false: status..expires_at are NULL */
+	bool		has_status;
+	int32		status;
+	bytea	   *body;
+	int32		attempt;
+	TimestampTz created_at;
+	TimestampTz expires_at;
+} IdemAnswer;
+
+/* How a pending claim is finished */
+typedef enum IdemFinish
+{
+	IDEM_FINISH_COMPLETE,		/* succeeded, replayed */
+	IDEM_FINISH_FAIL,			/* failed, replayed */
+	IDEM_FINISH_FAIL_RETRYABLE, /* failed, the next claim executes again */
+	IDEM_FINISH_RELEASE			/* dropped, the next claim executes again */
+} IdemFinish;
+
+/* settings.c */
+extern int	idem_retention;		/* seconds */
+extern int	idem_retry_window;	/* seconds */
+extern int	idem_lease;			/* milliseconds */
+extern int	idem_purge_interval;	/* milliseconds */
+extern int	idem_purge_batch;	/* rows */
+extern int	idem_max_body_size; /* kilobytes */
+extern void settings_init(void);
+extern void settings_check_retention_rule(int elevel);
+
+/* fingerprint.c */
+extern void fingerprint_bytes(const char *data, size_t len,
+							  IdemFingerprint *fp);
+extern void fingerprint_jsonb(Datum jsonb, IdemFingerprint *fp);
+extern bytea *jsonb_body(Datum jsonb);
+
+/* keylock.c */
+extern bool keylock_acquire(const IdemKey *key, bool wait);
+extern void keylock_release(const IdemKey *key);
+
+/* record.c */
+extern void record_open(Oid api_function);
+extern void record_close(void);
+extern bool record_insert_claim(const IdemKey *key,
+								const IdemFingerprint *fp,
+								TimestampTz now, TimestampTz lease_expires_at,
+								TimestampTz expires_at);
+extern bool record_fetch(const IdemKey *key, bool latest, IdemRecord *rec);
+extern bool record_reclaim(const IdemKey *key, const IdemRecord *rec,
+						   TimestampTz now);
+extern void record_finish(const IdemKey *key, IdemState state,
+						  bool retryable, bool has_status, int32 status,
+						  bytea *body, TimestampTz now);
+extern uint64 record_purge_batch(TimestampTz now, int batch);
+
+/* protocol.c */
+extern void protocol_claim(const IdemKey *key, const IdemFingerprint *fp,
+						   bool wait, Interval *lease,
+						   Oid api_function, IdemAnswer *answer);
+extern bool protocol_replay(const IdemKey *key, Oid api_function,
+							IdemAnswer *answer);
+extern bool protocol_finish(const IdemKey *key, IdemFinish how,
+							bool has_attempt, int32 attempt,
+							bool has_status, int32 status, bytea *body,
+							Oid api_function);
+extern uint64 protocol_purge(Oid api_function);
+extern const char *outcome_name(IdemOutcome outcome);
+
+#endif							/* IDEM_H */

@@ -1,0 +1,77 @@
+/*-------------------------------------------------------------------------
+ *
+ * keylock.c
+ *	  A transaction-scoped lock per (tenant, endpoint, key).
+ *
+ * The unique index on idem_record decides who owns a key, but a unique
+ * index can only say "another transaction is inserting this key" by making
+ * the inserter wait for it.  A claim must answer in_progress at once
+ * instead, so every transaction that writes a key's record first takes
+ * this lock, and keeps it until it ends.  A claim that cannot have it
+ * without waiting knows that another transaction is deciding or holding
+ * that key.
+ *
+ * The lock is an advisory lock in the lock manager, so it shows in
+ * pg_locks, takes part in deadlock detection, obeys lock_timeout and is
+ * released at commit or abort.  Its tag is the database and a 64-bit hash of
+ * the key; the fourth field, which core sets to 1 or 2 for the SQL-level
+ * advisory lock functions, is IDEM_LOCK_CLASS, so that an application's own
+ * advisory locks never collide with idem's.  Two keys that share a hash
+ * only make each other answer in_progress (or wait) while both are being
+ * written, never break the unique index's guarantee.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+
+#include "idem.h"
+
+/* locktag_field4 of idem's key locks, as shown in pg_locks.objsubid */
+#define IDEM_LOCK_CLASS		0x1de4
+
+static void
+keylock_tag(const IdemKey *key, LOCKTAG *tag)
+{
+	const text *parts[3] = {key->tenant, key->endpoint, key->key};
+	uint64		hash = 0;
+
+	for (int i = 0; i < 3; i++)
+		hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(parts[i]),
+								   VARSIZE_ANY_EXHDR(parts[i]), hash + i);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
+						 (uint32) (hash >> 32), (uint32) hash,
+						 IDEM_LOCK_CLASS);
+}
+
+/*
+ * Take the key's lock until the end of the transaction.  Without wait,
+ * returns false at once if another transaction holds it.  With wait, blocks
+ * until it is free, bounded by lock_timeout and the deadlock detector.
+ */
+bool
+keylock_acquire(const IdemKey *key, bool wait)
+{
+	LOCKTAG		tag;
+
+	keylock_tag(key, &tag);
+	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/*
+ * Give back one hold of the key's lock before the end of the transaction:
+ * used by a claim that ended up writing nothing.  A hold this transaction
+ * took earlier (it claimed the key before) stays.
+ */
+void
+keylock_release(const IdemKey *key)
+{
+	LOCKTAG		tag;
+
+	keylock_tag(key, &tag);
+	LockRelease(&tag, ExclusiveLock, false);
+}

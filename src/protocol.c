@@ -1,0 +1,379 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol.c
+ *	  Claim, finish, replay and purge as decisions over a record's state.
+ *
+ * The protocol holds no SQL: it reads a record through record.c, decides
+ * over its state, and asks record.c to write the outcome.  What makes two
+ * concurrent claims of one key never both "claimed" is the unique index
+ * (record_insert_claim); what makes a claim answer in_progress instead of
+ * waiting for an uncommitted claim is the key lock (keylock.c), which every
+ * transaction that writes a key's record takes first and keeps.
+ *
+ * A finished record never changes until it expires, so a claim that finds
+ * one replays it from its own snapshot, without the key lock and without
+ * writing anything: a retry of a finished request costs one index look-up.
+ *
+ * Timestamps are the statement's start time, so that one statement sees
+ * one "now" however many keys it touches.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+
+const char *
+outcome_name(IdemOutcome outcome)
+{
+	static const char *const names[] = {
+		[IDEM_CLAIMED] = "claimed",
+		[IDEM_REPLAY] = "replay",
+		[IDEM_IN_PROGRESS] = "in_progress",
+		[IDEM_MISMATCH] = "mismatch",
+		[IDEM_UNKNOWN] = "unknown"
+	};
+
+	return names[outcome];
+}
+
+/*
+ * Decisions are taken on the primary only: a standby's copy may lag, and a
+ * decision taken on it could execute a request twice.
+ */
+static void
+require_primary(const char *function)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot call %s during recovery", function),
+				 errhint("Idempotency decisions need the primary server: connect to it.")));
+	PreventCommandIfReadOnly(function);
+}
+
+/* The one place that raises "no matching pending claim" (55000) */
+static void
+report_not_pending(const IdemKey *key, const char *function,
+				   const char *detail_fmt, int32 value)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("%s: idem key \"%s\" of endpoint \"%s\" (tenant \"%s\") has no matching pending claim",
+					function, text_to_cstring(key->key),
+					text_to_cstring(key->endpoint),
+					text_to_cstring(key->tenant)),
+			 errdetail_internal(detail_fmt, value)));
+}
+
+static bool
+is_final(const IdemRecord *rec)
+{
+	return rec->state == IDEM_SUCCEEDED ||
+		(rec->state == IDEM_FAILED && !rec->retryable);
+}
+
+static bool
+fingerprints_differ(const IdemFingerprint *a, const IdemFingerprint *b)
+{
+	return a->present && b->present &&
+		memcmp(a->digest, b->digest, IDEM_FINGERPRINT_LEN) != 0;
+}
+
+static bool
+same_version(bool found_a, const IdemRecord *a, bool found_b,
+			 const IdemRecord *b)
+{
+	if (found_a != found_b)
+		return false;
+	return !found_a ||
+		(a->state == b->state && a->retryable == b->retryable &&
+		 a->attempt == b->attempt && a->created_at == b->created_at &&
+		 a->lease_expires_at == b->lease_expires_at);
+}
+
+/*
+ * Read the newest committed version of a key's record, which the caller may
+ * act on because it holds the key lock.  Under REPEATABLE READ and
+ * SERIALIZABLE the transaction's snapshot must show that same version (the
+ * caller read it as *snap): anything the caller wrote or answered would
+ * otherwise rest on a record its transaction cannot see.
+ */
+static bool
+fetch_locked(const IdemKey *key, bool have_snap, const IdemRecord *snap,
+			 IdemRecord *rec)
+{
+	bool		found = record_fetch(key, true, rec);
+
+	if (IsolationUsesXactSnapshot() &&
+		!same_version(have_snap, snap, found, rec))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access to idem key \"%s\" due to a concurrent change",
+						text_to_cstring(key->key)),
+				 errdetail("Another transaction changed the key's record after this transaction's snapshot was taken."),
+				 errhint("Retry the transaction.")));
+	return found;
+}
+
+static void
+answer_with(IdemAnswer *answer, IdemOutcome outcome, const IdemRecord *rec)
+{
+	answer->outcome = outcome;
+	answer->has_record = true;
+	answer->has_status = outcome == IDEM_REPLAY && rec->has_status;
+	answer->status = rec->status;
+	answer->body = outcome == IDEM_REPLAY ? rec->body : NULL;
+	answer->attempt = rec->attempt;
+	answer->created_at = rec->created_at;
+	answer->expires_at = rec->expires_at;
+}
+
+/* What a claim answers for a live record that it will not re-execute */
+static IdemOutcome
+settled_outcome(const IdemRecord *rec, const IdemFingerprint *fp,
+				TimestampTz now)
+{
+	if (fingerprints_differ(&rec->fingerprint, fp))
+		return IDEM_MISMATCH;
+	if (is_final(rec))
+		return IDEM_REPLAY;
+	return rec->lease_expires_at > now ? IDEM_IN_PROGRESS : IDEM_UNKNOWN;
+}
+
+/*
+ * Claim a key.  The answer says whether the caller now owns it ("claimed":
+ * execute, then finish it) or what to tell the client.  Only a "claimed"
+ * answer leaves anything behind: the pending record and the key lock, both
+ * gone if the transaction rolls back.
+ */
+void
+protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
+			   Interval *lease, Oid api_function, IdemAnswer *answer)
+{
+	TimestampTz now = GetCurrentStatementStartTimestamp();
+	TimestampTz lease_expires_at;
+	TimestampTz expires_at;
+	IdemRecord	snap;
+	IdemRecord	rec;
+	bool		have_snap;
+
+	settings_check_retention_rule(ERROR);
+	require_primary("idem_claim()");
+	if (lease != NULL)
+		lease_expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																   TimestampTzGetDatum(now),
+																   PointerGetDatum(lease)));
+	else
+		lease_expires_at = now + (TimestampTz) idem_lease * 1000;
+	if (lease_expires_at <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be positive"),
+				 errdetail("The lease given was %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   PointerGetDatum(lease))))));
+	expires_at = now + (TimestampTz) idem_retention * USECS_PER_SEC;
+
+	record_open(api_function);
+
+	/* A finished record is final: replay it without locking anything. */
+	have_snap = record_fetch(key, false, &snap);
+	if (have_snap && snap.expires_at > now && is_final(&snap))
+	{
+		answer_with(answer, settled_outcome(&snap, fp, now), &snap);
+		record_close();
+		return;
+	}
+
+	if (!keylock_acquire(key, wait))
+	{
+		/* another transaction is writing this key's record right now */
+		if (have_snap && snap.expires_at > now)
+			answer_with(answer,
+						fingerprints_differ(&snap.fingerprint, fp) ?
+						IDEM_MISMATCH : IDEM_IN_PROGRESS, &snap);
+		else
+		{
+			memset(answer, 0, sizeof(*answer));
+			answer->outcome = IDEM_IN_PROGRESS;
+		}
+		record_close();
+		return;
+	}
+
+	for (;;)
+	{
+		if (record_insert_claim(key, fp, now, lease_expires_at, expires_at))
+		{
+			rec.attempt = 1;
+			rec.created_at = now;
+			rec.expires_at = expires_at;
+			answer_with(answer, IDEM_CLAIMED, &rec);
+			break;
+		}
+
+		/* The key has a record.  Nobody else can write it: we hold the lock. */
+		if (!fetch_locked(key, have_snap, &snap, &rec))
+			continue;			/* purged since the insert: insert again */
+
+		if (rec.expires_at > now && rec.state == IDEM_FAILED &&
+			rec.retryable && !fingerprints_differ(&rec.fingerprint, fp))
+		{
+			/* a system error or a release: execute again, fenced */
+			rec.attempt++;
+			if (!rec.fingerprint.present)
+				rec.fingerprint = *fp;
+		}
+		else if (rec.expires_at <= now)
+		{
+			/* forgotten: this is a first claim again */
+			rec.fingerprint = *fp;
+			rec.attempt = 1;
+			rec.created_at = now;
+		}
+		else
+		{
+			answer_with(answer, settled_outcome(&rec, fp, now), &rec);
+			break;
+		}
+
+		rec.lease_expires_at = lease_expires_at;
+		rec.expires_at = expires_at;
+		if (record_reclaim(key, &rec, now))
+		{
+			answer_with(answer, IDEM_CLAIMED, &rec);
+			break;
+		}
+	}
+
+	record_close();
+	if (answer->outcome != IDEM_CLAIMED)
+		keylock_release(key);
+}
+
+/*
+ * What a claim would answer, without claiming: false when a claim would
+ * execute (no live record, or one that failed retryably or was released).
+ * A pending claim that another transaction has not committed is invisible
+ * here, as it is to every other reader.
+ */
+bool
+protocol_replay(const IdemKey *key, Oid api_function, IdemAnswer *answer)
+{
+	TimestampTz now = GetCurrentStatementStartTimestamp();
+	IdemRecord	rec;
+	bool		found;
+	IdemFingerprint none = {false};
+
+	record_open(api_function);
+	found = record_fetch(key, false, &rec);
+	record_close();
+
+	if (!found || rec.expires_at <= now ||
+		(rec.state == IDEM_FAILED && rec.retryable))
+		return false;
+	answer_with(answer, settled_outcome(&rec, &none, now), &rec);
+	return true;
+}
+
+/*
+ * Finish the key's pending claim: complete it, fail it, or release it.
+ * With an attempt, only that attempt may be finished (a fencing token: a
+ * worker that outlived its lease cannot finish a later attempt).  Returns
+ * false only for a release of a claim that was already released, so that a
+ * reconciliation job may safely release twice.
+ */
+bool
+protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
+				int32 attempt, bool has_status, int32 status, bytea *body,
+				Oid api_function)
+{
+	static const char *const function_names[] = {
+		[IDEM_FINISH_COMPLETE] = "idem_complete()",
+		[IDEM_FINISH_FAIL] = "idem_fail()",
+		[IDEM_FINISH_FAIL_RETRYABLE] = "idem_fail()",
+		[IDEM_FINISH_RELEASE] = "idem_release()"
+	};
+	const char *function = function_names[how];
+	TimestampTz now = GetCurrentStatementStartTimestamp();
+	IdemRecord	snap;
+	IdemRecord	rec;
+	bool		have_snap = false;
+
+	require_primary(function);
+	keylock_acquire(key, true);
+	record_open(api_function);
+
+	if (IsolationUsesXactSnapshot())
+		have_snap = record_fetch(key, false, &snap);
+	if (!fetch_locked(key, have_snap, &snap, &rec) || rec.expires_at <= now)
+		report_not_pending(key, function,
+						   "The key has no live record.", 0);
+	if (has_attempt && attempt != rec.attempt)
+		report_not_pending(key, function,
+						   "Attempt %d is not the key's current attempt.",
+						   attempt);
+	if (rec.state != IDEM_PENDING)
+	{
+		if (how == IDEM_FINISH_RELEASE &&
+			rec.state == IDEM_FAILED && rec.retryable)
+		{
+			record_close();
+			return false;
+		}
+		report_not_pending(key, function,
+						   rec.state == IDEM_SUCCEEDED ?
+						   "The record of attempt %d has succeeded." :
+						   "The record of attempt %d has failed.",
+						   rec.attempt);
+	}
+
+	switch (how)
+	{
+		case IDEM_FINISH_COMPLETE:
+			record_finish(key, IDEM_SUCCEEDED, false, true, status, body, now);
+			break;
+		case IDEM_FINISH_FAIL:
+			record_finish(key, IDEM_FAILED, false, true, status, body, now);
+			break;
+		case IDEM_FINISH_FAIL_RETRYABLE:
+			record_finish(key, IDEM_FAILED, true, true, status, body, now);
+			break;
+		case IDEM_FINISH_RELEASE:
+			record_finish(key, IDEM_FAILED, true, false, 0, NULL, now);
+			break;
+	}
+	record_close();
+	return true;
+}
+
+/*
+ * Delete every record that has expired, batch by batch, in the caller's
+ * transaction.  Rows another transaction has locked are left for later.
+ */
+uint64
+protocol_purge(Oid api_function)
+{
+	TimestampTz now = GetCurrentStatementStartTimestamp();
+	uint64		total = 0;
+	uint64		deleted;
+
+	require_primary("idem_purge()");
+	record_open(api_function);
+	do
+	{
+		CHECK_FOR_INTERRUPTS();
+		deleted = record_purge_batch(now, idem_purge_batch);
+		total += deleted;
+	} while (deleted == (uint64) idem_purge_batch);
+	record_close();
+	return total;
+}

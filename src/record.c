@@ -1,0 +1,392 @@
+/*-------------------------------------------------------------------------
+ *
+ * record.c
+ *	  The only code that knows idem_record's columns.
+ *
+ * Every statement is prepared once per backend through SPI and kept
+ * (SPI_keepplan), so the planner sees the table and its indexes and no call
+ * parses or plans anything.  Statements name the table with its schema and
+ * compare with OPERATOR(pg_catalog.=), so nothing on a caller's search_path
+ * can stand in for them.  The plans are dropped when the table's relcache
+ * entry is invalidated (DROP EXTENSION, ALTER TABLE, ...) and prepared
+ * again at the next call, in whatever schema the extension then lives.
+ *
+ * Callers bracket their calls with record_open() and record_close(); values
+ * read from the table are copied into the memory context that was current
+ * at record_open().
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+
+#include "idem.h"
+
+typedef enum RecordPlan
+{
+	PLAN_INSERT,
+	PLAN_FETCH,
+	PLAN_RECLAIM,
+	PLAN_FINISH,
+	PLAN_PURGE,
+	NUM_PLANS
+} RecordPlan;
+
+/* The key columns' condition; $1..$3 are tenant, endpoint and key */
+#define KEY_MATCH \
+	" WHERE tenant OPERATOR(pg_catalog.=) $1" \
+	" AND endpoint OPERATOR(pg_catalog.=) $2" \
+	" AND key OPERATOR(pg_catalog.=) $3"
+
+/* Columns of PLAN_FETCH's result, in order */
+enum
+{
+	COL_STATE = 1,
+	COL_RETRYABLE,
+	COL_FINGERPRINT,
+	COL_STATUS,
+	COL_BODY,
+	COL_ATTEMPT,
+	COL_CREATED_AT,
+	COL_LEASE_EXPIRES_AT,
+	COL_EXPIRES_AT
+};
+
+typedef struct PlanSpec
+{
+	const char *sql;			/* %s stands for the qualified table name */
+	int			nargs;
+	Oid			argtypes[9];
+} PlanSpec;
+
+static const PlanSpec plan_specs[NUM_PLANS] = {
+	[PLAN_INSERT] = {
+		"INSERT INTO %s (tenant, endpoint, key, state, fingerprint, attempt,"
+		" created_at, claimed_at, lease_expires_at, expires_at)"
+		" VALUES ($1, $2, $3, 'pending', $4, 1, $5, $5, $6, $7)"
+		" ON CONFLICT (tenant, endpoint, key) DO NOTHING",
+		7, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[PLAN_FETCH] = {
+		"SELECT state, retryable, fingerprint, status, body, attempt,"
+		" created_at, lease_expires_at, expires_at FROM %s" KEY_MATCH,
+		3, {TEXTOID, TEXTOID, TEXTOID}
+	},
+	[PLAN_RECLAIM] = {
+		"UPDATE %s SET state = 'pending', retryable = false,"
+		" fingerprint = $4, status = NULL, body = NULL, attempt = $5,"
+		" created_at = $6, claimed_at = $7, lease_expires_at = $8,"
+		" finished_at = NULL, expires_at = $9" KEY_MATCH,
+		9, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[PLAN_FINISH] = {
+		"UPDATE %s SET state = $4, retryable = $5, status = $6, body = $7,"
+		" finished_at = $8" KEY_MATCH,
+		8, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
+		TIMESTAMPTZOID}
+	},
+	[PLAN_PURGE] = {
+		"DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"SELECT ctid FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
+		" LIMIT $2 FOR UPDATE SKIP LOCKED))"
+		" AND expires_at OPERATOR(pg_catalog.<=) $1",
+		2, {TIMESTAMPTZOID, INT4OID}
+	},
+};
+
+static const char *const state_names[] = {
+	[IDEM_PENDING] = "pending",
+	[IDEM_SUCCEEDED] = "succeeded",
+	[IDEM_FAILED] = "failed"
+};
+
+static SPIPlanPtr plans[NUM_PLANS];
+static bool plans_valid = false;
+static bool callback_registered = false;
+static Oid	record_relid = InvalidOid;
+
+/* The caller's memory context during an open bracket */
+static MemoryContext caller_context = NULL;
+
+static void
+record_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == record_relid)
+		plans_valid = false;
+}
+
+/*
+ * Prepare every statement against idem_record in the schema that holds
+ * api_function, the SQL function being called: that is the extension's
+ * schema, wherever the DBA put it.
+ */
+static void
+prepare_plans(Oid api_function)
+{
+	Oid			schema = get_func_namespace(api_function);
+	char	   *qualified;
+
+	for (int i = 0; i < NUM_PLANS; i++)
+	{
+		if (plans[i] != NULL)
+			SPI_freeplan(plans[i]);
+		plans[i] = NULL;
+	}
+
+	record_relid = get_relname_relid("idem_record", schema);
+	if (!OidIsValid(record_relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"idem_record\" of extension \"idem\" does not exist")));
+	qualified = quote_qualified_identifier(get_namespace_name(schema),
+										   "idem_record");
+
+	for (int i = 0; i < NUM_PLANS; i++)
+	{
+		StringInfoData sql;
+		SPIPlanPtr	plan;
+
+		initStringInfo(&sql);
+		appendStringInfo(&sql, plan_specs[i].sql, qualified);
+		plan = SPI_prepare(sql.data, plan_specs[i].nargs,
+						   (Oid *) plan_specs[i].argtypes);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 sql.data, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		plans[i] = plan;
+		pfree(sql.data);
+	}
+	plans_valid = true;
+}
+
+void
+record_open(Oid api_function)
+{
+	caller_context = CurrentMemoryContext;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(record_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	if (!plans_valid)
+		prepare_plans(api_function);
+}
+
+void
+record_close(void)
+{
+	SPI_finish();
+	caller_context = NULL;
+}
+
+static int
+run_plan(RecordPlan which, Datum *values, const char *nulls, long tcount)
+{
+	int			rc = SPI_execute_plan(plans[which], values, nulls, false, tcount);
+
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return rc;
+}
+
+static Datum
+fingerprint_datum(const IdemFingerprint *fp, char *null)
+{
+	bytea	   *b;
+
+	if (!fp->present)
+	{
+		*null = 'n';
+		return (Datum) 0;
+	}
+	b = (bytea *) palloc(VARHDRSZ + IDEM_FINGERPRINT_LEN);
+	SET_VARSIZE(b, VARHDRSZ + IDEM_FINGERPRINT_LEN);
+	memcpy(VARDATA(b), fp->digest, IDEM_FINGERPRINT_LEN);
+	*null = ' ';
+	return PointerGetDatum(b);
+}
+
+static void
+key_datums(const IdemKey *key, Datum *values, char *nulls)
+{
+	values[0] = PointerGetDatum(key->tenant);
+	values[1] = PointerGetDatum(key->endpoint);
+	values[2] = PointerGetDatum(key->key);
+	nulls[0] = nulls[1] = nulls[2] = ' ';
+}
+
+/*
+ * Insert a fresh pending claim; false if the key already has a record.  The
+ * unique index alone decides.
+ */
+bool
+record_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
+					TimestampTz now, TimestampTz lease_expires_at,
+					TimestampTz expires_at)
+{
+	Datum		values[7];
+	char		nulls[7];
+
+	key_datums(key, values, nulls);
+	values[3] = fingerprint_datum(fp, &nulls[3]);
+	values[4] = TimestampTzGetDatum(now);
+	values[5] = TimestampTzGetDatum(lease_expires_at);
+	values[6] = TimestampTzGetDatum(expires_at);
+	nulls[4] = nulls[5] = nulls[6] = ' ';
+
+	run_plan(PLAN_INSERT, values, nulls, 0);
+	return SPI_processed == 1;
+}
+
+static IdemState
+state_from_text(text *t)
+{
+	char	   *s = text_to_cstring(t);
+
+	for (int i = 0; i < lengthof(state_names); i++)
+		if (strcmp(s, state_names[i]) == 0)
+			return (IdemState) i;
+	elog(ERROR, "idem_record has an unknown state \"%s\"", s);
+	pg_unreachable();
+}
+
+/*
+ * Read the key's record into rec; false if there is none.  With latest, the
+ * newest committed version is read even under REPEATABLE READ, so that the
+ * caller can compare it with what its transaction snapshot shows.
+ */
+bool
+record_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
+{
+	Datum		values[3];
+	char		nulls[3];
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		d;
+	int			rc;
+
+	key_datums(key, values, nulls);
+	if (latest)
+		rc = SPI_execute_snapshot(plans[PLAN_FETCH], values, nulls,
+								  GetLatestSnapshot(), InvalidSnapshot,
+								  false, false, 1);
+	else
+		rc = SPI_execute_plan(plans[PLAN_FETCH], values, nulls, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+
+	tuple = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+
+	rec->state = state_from_text(DatumGetTextPP(SPI_getbinval(tuple, desc, COL_STATE, &isnull)));
+	rec->retryable = DatumGetBool(SPI_getbinval(tuple, desc, COL_RETRYABLE, &isnull));
+
+	d = SPI_getbinval(tuple, desc, COL_FINGERPRINT, &isnull);
+	rec->fingerprint.present = !isnull;
+	if (!isnull)
+		memcpy(rec->fingerprint.digest, VARDATA_ANY(DatumGetByteaPP(d)),
+			   IDEM_FINGERPRINT_LEN);
+
+	d = SPI_getbinval(tuple, desc, COL_STATUS, &isnull);
+	rec->has_status = !isnull;
+	rec->status = isnull ? 0 : DatumGetInt32(d);
+
+	d = SPI_getbinval(tuple, desc, COL_BODY, &isnull);
+	if (isnull)
+		rec->body = NULL;
+	else
+	{
+		MemoryContext old = MemoryContextSwitchTo(caller_context);
+
+		rec->body = DatumGetByteaPCopy(d);
+		MemoryContextSwitchTo(old);
+	}
+
+	rec->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, COL_ATTEMPT, &isnull));
+	rec->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, COL_CREATED_AT, &isnull));
+	rec->lease_expires_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, COL_LEASE_EXPIRES_AT, &isnull));
+	rec->expires_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, COL_EXPIRES_AT, &isnull));
+	return true;
+}
+
+/*
+ * Turn the key's record into a new pending claim described by rec; false if
+ * the record disappeared meanwhile.
+ */
+bool
+record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now)
+{
+	Datum		values[9];
+	char		nulls[9];
+
+	key_datums(key, values, nulls);
+	values[3] = fingerprint_datum(&rec->fingerprint, &nulls[3]);
+	values[4] = Int32GetDatum(rec->attempt);
+	values[5] = TimestampTzGetDatum(rec->created_at);
+	values[6] = TimestampTzGetDatum(now);
+	values[7] = TimestampTzGetDatum(rec->lease_expires_at);
+	values[8] = TimestampTzGetDatum(rec->expires_at);
+	memset(&nulls[4], ' ', 5);
+
+	run_plan(PLAN_RECLAIM, values, nulls, 0);
+	return SPI_processed == 1;
+}
+
+/*
+ * Store how the key's pending claim ended.  Only non-indexed columns change,
+ * so this is a HOT update when the page has room.
+ */
+void
+record_finish(const IdemKey *key, IdemState state, bool retryable,
+			  bool has_status, int32 status, bytea *body, TimestampTz now)
+{
+	Datum		values[8];
+	char		nulls[8];
+
+	key_datums(key, values, nulls);
+	values[3] = CStringGetTextDatum(state_names[state]);
+	values[4] = BoolGetDatum(retryable);
+	values[5] = Int32GetDatum(status);
+	values[6] = PointerGetDatum(body);
+	values[7] = TimestampTzGetDatum(now);
+	nulls[3] = nulls[4] = nulls[7] = ' ';
+	nulls[5] = has_status ? ' ' : 'n';
+	nulls[6] = body != NULL ? ' ' : 'n';
+
+	run_plan(PLAN_FINISH, values, nulls, 0);
+	if (SPI_processed != 1)
+		elog(ERROR, "idem record to finish disappeared");
+}
+
+/*
+ * Delete up to batch records that expired by now, skipping rows another
+ * transaction has locked: a purge never waits for a claim.
+ */
+uint64
+record_purge_batch(TimestampTz now, int batch)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(batch);
+	run_plan(PLAN_PURGE, values, nulls, 0);
+	return SPI_processed;
+}

@@ -1,0 +1,115 @@
+/*-------------------------------------------------------------------------
+ *
+ * settings.c
+ *	  idem's configuration parameters and the retention rule.
+ *
+ * The rule that matters most: a record must outlive the longest span over
+ * which callers retry, or a late retry executes twice.  idem.retention must
+ * therefore exceed idem.retry_window.  GUC check hooks see one setting at a
+ * time, in whatever order a file or a session assigns them, so the rule is
+ * checked where both values are final: when the library is preloaded (the
+ * server refuses to start) and at every claim (the claim errors).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "idem.h"
+
+int			idem_retention = 24 * 60 * 60;
+int			idem_retry_window = 60 * 60;
+int			idem_lease = 5 * 60 * 1000;
+int			idem_purge_interval = 60 * 1000;
+int			idem_purge_batch = 10000;
+int			idem_max_body_size = 1024;
+
+/* The largest body a bytea can hold, in kilobytes */
+#define IDEM_MAX_BODY_KB	((int) (MaxAllocSize / 1024))
+
+void
+settings_init(void)
+{
+	DefineCustomIntVariable("idem.retention",
+							"How long a record is remembered after its claim.",
+							"Must be longer than idem.retry_window.",
+							&idem_retention,
+							24 * 60 * 60, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.retry_window",
+							"The longest span over which callers retry a request.",
+							"Must be shorter than idem.retention.",
+							&idem_retry_window,
+							60 * 60, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.lease",
+							"How long a committed pending claim answers in_progress before it answers unknown.",
+							NULL,
+							&idem_lease,
+							5 * 60 * 1000, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.purge_interval",
+							"Time between two purges of expired records by the background worker.",
+							NULL,
+							&idem_purge_interval,
+							60 * 1000, 10, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.purge_batch",
+							"How many expired records one purge transaction deletes.",
+							NULL,
+							&idem_purge_batch,
+							10000, 1, INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.max_body_size",
+							"The largest response body a record stores.",
+							NULL,
+							&idem_max_body_size,
+							1024, 0, IDEM_MAX_BODY_KB,
+							PGC_SUSET,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved("idem");
+#else
+	EmitWarningsOnPlaceholders("idem");
+#endif
+}
+
+/*
+ * Report, at elevel, a retention that does not outlive the retry window.
+ * The message names both settings and their values so that whoever reads
+ * the log knows what to change.
+ */
+void
+settings_check_retention_rule(int elevel)
+{
+	if (idem_retention > idem_retry_window)
+		return;
+
+	ereport(elevel,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("idem.retention (%ds) must be longer than idem.retry_window (%ds)",
+					idem_retention, idem_retry_window),
+			 errdetail("A retry that arrives after its record expired would execute the request again."),
+			 errhint("Raise idem.retention or lower idem.retry_window.")));
+}

@@ -1,0 +1,82 @@
+# test/lib.sh: shell helpers shared by test/run.sh (make test) and
+# test/demo.sh (make run).  Sourced, never run.
+
+PG_MAJOR=${PG_MAJOR:-15}
+PACKAGES="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
+postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl
+libipc-run-perl"
+
+say() { printf 'idem: %s\n' "$*"; }
+
+is_root() { [ "$(id -u)" = 0 ]; }
+
+# Install the Debian packages the build and the suites need.  As root,
+# apt-get installs what is missing; otherwise we say what to install.
+ensure_packages() {
+	local missing=() p
+	for p in $PACKAGES; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
+			missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	if is_root; then
+		say "installing ${missing[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends "${missing[@]}" >/dev/null
+	else
+		say "missing Debian packages: ${missing[*]}"
+		say "install them with: sudo apt-get install ${missing[*]}"
+		exit 1
+	fi
+}
+
+# Where this PostgreSQL keeps things.
+pg_dirs() {
+	PG_CONFIG=${PG_CONFIG:-pg_config}
+	PG_BINDIR=$($PG_CONFIG --bindir)
+	PG_PKGLIBDIR=$($PG_CONFIG --pkglibdir)
+	PG_SHAREDIR=$($PG_CONFIG --sharedir)
+	PG_PGXSDIR=$(dirname "$($PG_CONFIG --pgxs)")/../..
+}
+
+# A private copy of the PostgreSQL installation under $1 with idem
+# installed into it, as core's "make check" does: the server finds its
+# share and lib directories relative to its own binary, so a normal user
+# can test without writing to the system's directories.  Prints the bin
+# directory to use.
+private_install() {
+	local dest=$1
+	rm -rf "$dest"
+	mkdir -p "$dest$PG_BINDIR" "$dest$PG_PKGLIBDIR" "$dest$PG_SHAREDIR"
+	cp -a "$PG_BINDIR/." "$dest$PG_BINDIR/"
+	cp -a "$PG_PKGLIBDIR/." "$dest$PG_PKGLIBDIR/"
+	cp -a "$PG_SHAREDIR/." "$dest$PG_SHAREDIR/"
+	make -s install DESTDIR="$dest" PG_CONFIG="$PG_CONFIG" >/dev/null
+}
+
+# Run a copy of this tree's command as the unprivileged postgres user:
+# PostgreSQL refuses to run as root.  The tree is copied to a fresh
+# directory that user owns, since the caller's checkout may sit where it
+# cannot read or write.  The copy is removed if the command succeeds.
+run_as_postgres() {
+	local script=$1
+	shift
+	local stage
+	stage=$(mktemp -d /tmp/idem-stage.XXXXXX)
+	tar -C "$PWD" --exclude=.git --exclude=tmp_check --exclude=tmp_install \
+		--exclude='*.o' --exclude='*.so' -cf - . | tar -C "$stage" -xf -
+	chown -R postgres: "$stage"
+	chmod 755 "$stage"
+	say "running as user postgres in $stage"
+	local rc=0
+	runuser -u postgres -- env PG_CONFIG="${PG_CONFIG:-pg_config}" \
+		IDEM_CFLAGS="${IDEM_CFLAGS:-}" PATH="$PATH" \
+		bash "$stage/$script" "$@" || rc=$?
+	if [ $rc -eq 0 ]; then
+		rm -rf "$stage"
+	else
+		say "kept $stage for inspection (tmp_check/ holds the logs)"
+	fi
+	return $rc
+}

@@ -1,0 +1,101 @@
+-- test/pgtap/schema.sql: idem's schema, function signatures, volatility and
+-- privileges, checked with pgTAP.  Runs in one transaction, rolled back.
+BEGIN;
+SELECT plan(54);
+
+-- the table and its indexes
+SELECT has_table('idem_record');
+SELECT columns_are('idem_record', ARRAY[
+	'tenant', 'endpoint', 'key', 'state', 'retryable', 'fingerprint',
+	'status', 'body', 'attempt', 'created_at', 'claimed_at',
+	'lease_expires_at', 'finished_at', 'expires_at']);
+SELECT col_type_is('idem_record', 'fingerprint', 'bytea');
+SELECT col_type_is('idem_record', 'body', 'bytea');
+SELECT col_type_is('idem_record', 'status', 'integer');
+SELECT col_type_is('idem_record', 'expires_at', 'timestamp with time zone');
+SELECT col_not_null('idem_record', 'tenant');
+SELECT col_not_null('idem_record', 'endpoint');
+SELECT col_not_null('idem_record', 'key');
+SELECT has_index('idem_record', 'idem_record_key', ARRAY['tenant', 'endpoint', 'key']);
+SELECT index_is_unique('idem_record', 'idem_record_key');
+SELECT has_index('idem_record', 'idem_record_expires', ARRAY['expires_at']);
+SELECT is((SELECT count(*)::int FROM pg_index
+			WHERE indrelid = 'idem_record'::regclass AND indisunique),
+		  1, 'the key index is the only unique index');
+
+-- the functions, their result types and volatility
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval']);
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'text', 'boolean', 'interval']);
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'jsonb', 'boolean', 'interval']);
+SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer']);
+SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'text', 'integer']);
+SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'jsonb', 'integer']);
+SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer']);
+SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'text', 'boolean', 'integer']);
+SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'jsonb', 'boolean', 'integer']);
+SELECT has_function('idem_replay', ARRAY['text', 'text', 'text']);
+SELECT has_function('idem_release', ARRAY['text', 'text', 'text', 'integer']);
+SELECT has_function('idem_purge', ARRAY[]::name[]);
+
+SELECT function_returns('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval'], 'record');
+SELECT function_returns('idem_replay', ARRAY['text', 'text', 'text'], 'setof record');
+SELECT function_returns('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer'], 'void');
+SELECT function_returns('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'boolean');
+SELECT function_returns('idem_purge', ARRAY[]::name[], 'bigint');
+SELECT is(
+	(SELECT array_agg(n ORDER BY o) FROM pg_proc p,
+		unnest(p.proargnames, p.proargmodes) WITH ORDINALITY AS a(n, m, o)
+	  WHERE p.oid = 'idem_claim(text, text, text, bytea, boolean, interval)'::regprocedure
+		AND m = 'o'),
+	ARRAY['outcome', 'status', 'body', 'attempt', 'created_at', 'expires_at']::text[],
+	'idem_claim returns outcome, status, body, attempt, created_at, expires_at');
+
+SELECT volatility_is('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval'], 'volatile');
+SELECT volatility_is('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer'], 'volatile');
+SELECT volatility_is('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer'], 'volatile');
+SELECT volatility_is('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'volatile');
+SELECT volatility_is('idem_replay', ARRAY['text', 'text', 'text'], 'stable');
+SELECT volatility_is('idem_purge', ARRAY[]::name[], 'volatile');
+
+-- every function runs as the owner, with a pinned search_path, and is not
+-- strict (a NULL argument is an error, not a NULL result)
+SELECT is((SELECT count(*)::int FROM pg_proc
+			WHERE pronamespace = 'public'::regnamespace AND proname LIKE 'idem\_%'),
+		  12, 'twelve API functions');
+SELECT is((SELECT count(*)::int FROM pg_proc
+			WHERE pronamespace = 'public'::regnamespace AND proname LIKE 'idem\_%'
+			  AND prosecdef AND NOT proisstrict
+			  AND proconfig = ARRAY['search_path=pg_catalog, public, pg_temp']),
+		  12, 'all are SECURITY DEFINER, not strict, with search_path pinned');
+
+-- privileges: PUBLIC may execute the API and may not touch the table
+CREATE ROLE idem_tap_app;
+SELECT table_privs_are('idem_record', 'idem_tap_app', ARRAY[]::text[]);
+SELECT function_privs_are('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval'],
+						  'idem_tap_app', ARRAY['EXECUTE']);
+SELECT function_privs_are('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer'],
+						  'idem_tap_app', ARRAY['EXECUTE']);
+SELECT function_privs_are('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer'],
+						  'idem_tap_app', ARRAY['EXECUTE']);
+SELECT function_privs_are('idem_replay', ARRAY['text', 'text', 'text'], 'idem_tap_app', ARRAY['EXECUTE']);
+SELECT function_privs_are('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'idem_tap_app', ARRAY['EXECUTE']);
+SELECT function_privs_are('idem_purge', ARRAY[]::name[], 'idem_tap_app', ARRAY[]::text[]);
+
+SET ROLE idem_tap_app;
+SELECT throws_ok('SELECT * FROM idem_record', '42501', NULL, 'the application cannot read the table');
+SELECT throws_ok($$INSERT INTO idem_record (tenant, endpoint, key, state, attempt, created_at,
+					 claimed_at, lease_expires_at, expires_at)
+				   VALUES ('t', 'e', 'k', 'succeeded', 1, now(), now(), now(), now() + '1d')$$,
+				 '42501', NULL, 'the application cannot forge a record');
+SELECT throws_ok('UPDATE idem_record SET body = NULL', '42501', NULL, 'the application cannot alter a record');
+SELECT throws_ok('DELETE FROM idem_record', '42501', NULL, 'the application cannot delete a record');
+SELECT throws_ok('SELECT idem_purge()', '42501', NULL, 'the application cannot purge');
+SELECT results_eq($$SELECT outcome FROM idem_claim('t', 'e', 'tap')$$,
+				  ARRAY['claimed'], 'the application claims through the API');
+SELECT lives_ok($$SELECT idem_complete('t', 'e', 'tap', 200, 'ok')$$, 'and completes');
+SELECT results_eq($$SELECT outcome, status FROM idem_replay('t', 'e', 'tap')$$,
+				  $$VALUES ('replay', 200)$$, 'and replays');
+RESET ROLE;
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# test/run.sh: every test suite of idem, each against a temporary server
+# (this is "make test").
+#
+# As root it installs missing Debian packages, then runs itself again as
+# the postgres user in a copy of the tree, because PostgreSQL refuses to run
+# as root.  As any other user it builds idem, installs it into a private
+# copy of the PostgreSQL installation (tmp_install/), and runs:
+#   pg_regress   sql/*.sql against expected/*.out
+#   isolation    test/isolation/specs/*.spec against test/isolation/expected
+#   pgTAP        test/pgtap/*.sql through pg_prove
+# It ends with one line "idem: N passed, N failed" and exits non-zero if
+# anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. test/lib.sh
+
+ensure_packages
+if is_root; then
+	run_as_postgres test/run.sh
+	exit $?
+fi
+
+pg_dirs
+ROOT=$PWD
+OUT=$ROOT/tmp_check
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+say "building with $PG_CONFIG"
+PG_CFLAGS="${IDEM_CFLAGS:-}" make -s PG_CONFIG="$PG_CONFIG" >"$OUT/build.log" 2>&1 ||
+	{ cat "$OUT/build.log"; say "build failed"; exit 1; }
+grep -E 'warning:' "$OUT/build.log" || true
+private_install "$ROOT/tmp_install"
+BIN=$ROOT/tmp_install$PG_BINDIR
+export PATH=$BIN:$PATH
+
+passed=0
+failed=0
+
+# the version lives in idem.control; META.json and the install script
+# must follow it
+version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" idem.control)
+if perl -MJSON::PP -e '
+	my $m = decode_json(do { local $/; <STDIN> });
+	exit !($m->{version} eq $ARGV[0] && $m->{provides}{idem}{version} eq $ARGV[0]);
+	' "$version" <META.json && [ -f "idem--$version.sql" ]; then
+	say "version $version: idem.control, META.json and idem--$version.sql agree"
+	passed=$((passed + 1))
+else
+	say "version $version of idem.control is not the version of META.json or of an install script"
+	failed=$((failed + 1))
+fi
+
+# count_regress LOG: add a pg_regress run's result to the totals
+count_regress() {
+	local log=$1 n
+	if n=$(grep -oE 'All [0-9]+ tests passed' "$log" | grep -oE '[0-9]+'); then
+		passed=$((passed + n))
+	elif grep -qE '[0-9]+ of [0-9]+ tests (failed|passed)' "$log"; then
+		local f t
+		f=$(grep -oE '[0-9]+ of [0-9]+ tests failed' "$log" | awk '{print $1}')
+		t=$(grep -oE '[0-9]+ of [0-9]+ tests failed' "$log" | awk '{print $3}')
+		failed=$((failed + ${f:-0}))
+		passed=$((passed + ${t:-0} - ${f:-0}))
+	else
+		failed=$((failed + 1))
+	fi
+}
+
+# pg_regress: one file per concern in sql/
+say "pg_regress"
+"$PG_PGXSDIR/src/test/regress/pg_regress" \
+	--temp-instance="$OUT/regress" --temp-config=test/idem.conf \
+	--bindir="$BIN" --inputdir=. --outputdir="$OUT/regress_out" \
+	--dbname=idem_regress \
+	$(cd sql && ls *.sql | sed 's/\.sql$//') 2>&1 | tee "$OUT/regress.log"
+count_regress "$OUT/regress.log"
+[ -f "$OUT/regress_out/regression.diffs" ] && cat "$OUT/regress_out/regression.diffs"
+
+# isolation: concurrent sessions
+say "isolation"
+"$PG_PGXSDIR/src/test/isolation/pg_isolation_regress" \
+	--temp-instance="$OUT/isolation" --temp-config=test/idem.conf \
+	--bindir="$BIN" --inputdir=test/isolation \
+	--outputdir="$OUT/isolation_out" --load-extension=idem \
+	--dbname=idem_isolation \
+	$(cd test/isolation/specs && ls *.spec | sed 's/\.spec$//') 2>&1 |
+	tee "$OUT/isolation.log"
+count_regress "$OUT/isolation.log"
+[ -f "$OUT/isolation_out/regression.diffs" ] && cat "$OUT/isolation_out/regression.diffs"
+
+# pgTAP: the schema and privileges, against a server of our own
+say "pgTAP"
+PGDATA_TAP=$OUT/pgtap_data
+SOCK=$(mktemp -d /tmp/idem-sock.XXXXXX)
+PORT=${IDEM_TEST_PORT:-54329}
+initdb -D "$PGDATA_TAP" -A trust --no-sync >"$OUT/pgtap_initdb.log" 2>&1
+cat test/idem.conf >>"$PGDATA_TAP/postgresql.conf"
+if pg_ctl -D "$PGDATA_TAP" -l "$OUT/pgtap_server.log" -w \
+	-o "-k $SOCK -c listen_addresses= -p $PORT" start >/dev/null; then
+	createdb -h "$SOCK" -p "$PORT" idem_pgtap
+	psql -X -q -h "$SOCK" -p "$PORT" -d idem_pgtap -v ON_ERROR_STOP=1 \
+		-c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION idem'
+	pg_prove -h "$SOCK" -p "$PORT" -d idem_pgtap test/pgtap/*.sql 2>&1 |
+		tee "$OUT/pgtap.log"
+	t=$(grep -oE 'Tests=[0-9]+' "$OUT/pgtap.log" | grep -oE '[0-9]+')
+	f=$(grep -oE 'Failed [0-9]+/' "$OUT/pgtap.log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}')
+	if grep -q '^Result: PASS' "$OUT/pgtap.log"; then
+		passed=$((passed + ${t:-0}))
+	else
+		failed=$((failed + ${f:-1}))
+		passed=$((passed + ${t:-0} - ${f:-0}))
+	fi
+	pg_ctl -D "$PGDATA_TAP" -m fast -w stop >/dev/null
+else
+	cat "$OUT/pgtap_server.log"
+	failed=$((failed + 1))
+fi
+rm -rf "$SOCK"
+
+echo "idem: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
