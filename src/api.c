@@ -97,7 +97,7 @@ static bytea *
 body_from_arg(FunctionCallInfo fcinfo, int argno, bool jsonb)
 {
 	bytea	   *body;
-	int64		limit = (int64) idem_max_body_size * 1024;
+	Size		limit = (Size) idem_max_body_size * 1024;
 
 	if (PG_ARGISNULL(argno))
 		return NULL;
@@ -106,8 +106,8 @@ body_from_arg(FunctionCallInfo fcinfo, int argno, bool jsonb)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("response body of %zu bytes is larger than idem.max_body_size",
-						(size_t) VARSIZE_ANY_EXHDR(body)),
-				 errdetail("idem.max_body_size is %lld bytes.", (long long) limit)));
+						(Size) VARSIZE_ANY_EXHDR(body)),
+				 errdetail("idem.max_body_size is %zu bytes.", limit)));
 	return body;
 }
 

@@ -257,7 +257,7 @@ state_from_text(text *t)
 {
 	char	   *s = text_to_cstring(t);
 
-	for (int i = 0; i < lengthof(state_names); i++)
+	for (size_t i = 0; i < lengthof(state_names); i++)
 		if (strcmp(s, state_names[i]) == 0)
 			return (IdemState) i;
 	elog(ERROR, "idem_record has an unknown state \"%s\"", s);
