@@ -168,6 +168,50 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 
 REVOKE ALL ON FUNCTION idem_purge() FROM PUBLIC;
 
+/*
+ * Counters of what idem did, per database, kept in shared memory since the
+ * server started or idem_stats_reset() was called.  They need idem in
+ * shared_preload_libraries; without it, reading them is an error that says
+ * so.  Readable by pg_monitor.
+ */
+CREATE FUNCTION idem_stats_read(OUT datid oid,
+								OUT claims_claimed bigint,
+								OUT claims_replay bigint,
+								OUT claims_in_progress bigint,
+								OUT claims_mismatch bigint,
+								OUT claims_unknown bigint,
+								OUT completes bigint,
+								OUT fails bigint,
+								OUT fails_retryable bigint,
+								OUT releases bigint,
+								OUT purged bigint,
+								OUT last_purge timestamptz,
+								OUT last_purge_ms double precision,
+								OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats_read'
+LANGUAGE C VOLATILE;
+
+CREATE VIEW idem_stats AS
+	SELECT s.datid, d.datname,
+		   s.claims_claimed, s.claims_replay, s.claims_in_progress,
+		   s.claims_mismatch, s.claims_unknown,
+		   s.completes, s.fails, s.fails_retryable, s.releases,
+		   s.purged, s.last_purge, s.last_purge_ms, s.stats_reset
+	  FROM idem_stats_read() s
+	  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.datid;
+
+CREATE FUNCTION idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION idem_stats_read() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_stats_reset() FROM PUBLIC;
+REVOKE ALL ON idem_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idem_stats_read() TO pg_monitor;
+GRANT SELECT ON idem_stats TO pg_monitor;
+
 COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval) IS
 	'claim a key before executing a request: claimed, replay, in_progress, mismatch or unknown';
 COMMENT ON FUNCTION idem_complete(text, text, text, integer, bytea, integer) IS
@@ -180,3 +224,7 @@ COMMENT ON FUNCTION idem_release(text, text, text, integer) IS
 	'drop a pending claim so that the next claim executes again';
 COMMENT ON FUNCTION idem_purge() IS
 	'delete expired records now; returns how many';
+COMMENT ON VIEW idem_stats IS
+	'what idem did per database since the server started or idem_stats_reset()';
+COMMENT ON FUNCTION idem_stats_reset() IS
+	'zero the idem_stats counters of every database';

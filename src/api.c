@@ -194,7 +194,7 @@ claim(FunctionCallInfo fcinfo, bool jsonb)
 	wait = bool_from_arg(fcinfo, 4, "wait");
 	lease = PG_ARGISNULL(5) ? NULL : PG_GETARG_INTERVAL_P(5);
 
-	protocol_claim(&key, &fp, wait, lease, fcinfo->flinfo->fn_oid, &answer);
+	protocol_claim(&key, &fp, wait, lease, &answer);
 	return HeapTupleGetDatum(answer_tuple(fcinfo, &answer));
 }
 
@@ -225,7 +225,7 @@ complete(FunctionCallInfo fcinfo, bool jsonb)
 	has_attempt = attempt_from_arg(fcinfo, 5, &attempt);
 
 	protocol_finish(&key, IDEM_FINISH_COMPLETE, has_attempt, attempt,
-					true, status, body, fcinfo->flinfo->fn_oid);
+					true, status, body);
 	PG_RETURN_VOID();
 }
 
@@ -259,8 +259,7 @@ fail(FunctionCallInfo fcinfo, bool jsonb)
 
 	protocol_finish(&key,
 					retryable ? IDEM_FINISH_FAIL_RETRYABLE : IDEM_FINISH_FAIL,
-					has_attempt, attempt, true, status, body,
-					fcinfo->flinfo->fn_oid);
+					has_attempt, attempt, true, status, body);
 	PG_RETURN_VOID();
 }
 
@@ -287,8 +286,7 @@ idem_release(PG_FUNCTION_ARGS)
 	has_attempt = attempt_from_arg(fcinfo, 3, &attempt);
 
 	PG_RETURN_BOOL(protocol_finish(&key, IDEM_FINISH_RELEASE, has_attempt,
-								   attempt, false, 0, NULL,
-								   fcinfo->flinfo->fn_oid));
+								   attempt, false, 0, NULL));
 }
 
 /*
@@ -309,7 +307,7 @@ idem_replay(PG_FUNCTION_ARGS)
 		funcctx = SRF_FIRSTCALL_INIT();
 		old = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
 		key_from_args(fcinfo, &key);
-		if (protocol_replay(&key, fcinfo->flinfo->fn_oid, &answer))
+		if (protocol_replay(&key, &answer))
 		{
 			funcctx->user_fctx = answer_tuple(fcinfo, &answer);
 			funcctx->max_calls = 1;
@@ -327,5 +325,5 @@ idem_replay(PG_FUNCTION_ARGS)
 Datum
 idem_purge(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_INT64((int64) protocol_purge(fcinfo->flinfo->fn_oid));
+	PG_RETURN_INT64((int64) purge_all());
 }

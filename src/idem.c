@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * idem.c
- *	  Module initialization: settings, and the retention rule at startup.
+ *	  Module initialization: settings, and, when preloaded, the retention
+ *	  rule at startup, the shared-memory counters and the purge launcher.
  *
  *-------------------------------------------------------------------------
  */
@@ -17,14 +18,19 @@ PG_MODULE_MAGIC;
 void		_PG_init(void);
 
 /*
- * With the library in shared_preload_libraries, a configuration that breaks
- * the retention rule stops the server from starting: an error here, in the
- * postmaster, is fatal, and the log names both settings.
+ * Without shared_preload_libraries, idem only defines its settings: every
+ * SQL function works, idem_purge() purges on demand, and the counters stay
+ * off.  Preloaded, a configuration that breaks the retention rule stops the
+ * server from starting (an error in the postmaster is fatal, and the log
+ * names both settings).
  */
 void
 _PG_init(void)
 {
 	settings_init();
-	if (process_shared_preload_libraries_in_progress)
-		settings_check_retention_rule(ERROR);
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	settings_check_retention_rule(ERROR);
+	stats_init();
+	worker_register_launcher();
 }

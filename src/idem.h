@@ -34,6 +34,8 @@ typedef enum IdemOutcome
 	IDEM_UNKNOWN
 } IdemOutcome;
 
+#define IDEM_NUM_OUTCOMES	(IDEM_UNKNOWN + 1)
+
 /* A record's state, as stored in idem_record.state */
 typedef enum IdemState
 {
@@ -101,6 +103,7 @@ extern int	idem_lease;			/* milliseconds */
 extern int	idem_purge_interval;	/* milliseconds */
 extern int	idem_purge_batch;	/* rows */
 extern int	idem_max_body_size; /* kilobytes */
+extern bool idem_log_outcomes;
 extern void settings_init(void);
 extern void settings_check_retention_rule(int elevel);
 
@@ -115,7 +118,7 @@ extern bool keylock_acquire(const IdemKey *key, bool wait);
 extern void keylock_release(const IdemKey *key);
 
 /* record.c */
-extern void record_open(Oid api_function);
+extern void record_open(void);
 extern void record_close(void);
 extern bool record_insert_claim(const IdemKey *key,
 								const IdemFingerprint *fp,
@@ -131,15 +134,27 @@ extern uint64 record_purge_batch(TimestampTz now, int batch);
 
 /* protocol.c */
 extern void protocol_claim(const IdemKey *key, const IdemFingerprint *fp,
-						   bool wait, Interval *lease,
-						   Oid api_function, IdemAnswer *answer);
-extern bool protocol_replay(const IdemKey *key, Oid api_function,
-							IdemAnswer *answer);
+						   bool wait, Interval *lease, IdemAnswer *answer);
+extern bool protocol_replay(const IdemKey *key, IdemAnswer *answer);
 extern bool protocol_finish(const IdemKey *key, IdemFinish how,
 							bool has_attempt, int32 attempt,
-							bool has_status, int32 status, bytea *body,
-							Oid api_function);
-extern uint64 protocol_purge(Oid api_function);
+							bool has_status, int32 status, bytea *body);
 extern const char *outcome_name(IdemOutcome outcome);
+extern void require_primary(const char *function);
+
+/* purge.c */
+extern uint64 purge_batch(TimestampTz now);
+extern uint64 purge_all(void);
+
+/* stats.c */
+extern void stats_init(void);
+extern void stats_count_claim(IdemOutcome outcome);
+extern void stats_count_finish(IdemFinish how);
+extern void stats_count_purge(uint64 rows, TimestampTz start, TimestampTz end,
+							  bool backlog);
+extern bool stats_purge_backlog(Oid dbid);
+
+/* worker.c */
+extern void worker_register_launcher(void);
 
 #endif							/* IDEM_H */

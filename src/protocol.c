@@ -48,7 +48,7 @@ outcome_name(IdemOutcome outcome)
  * Decisions are taken on the primary only: a standby's copy may lag, and a
  * decision taken on it could execute a request twice.
  */
-static void
+void
 require_primary(const char *function)
 {
 	if (RecoveryInProgress())
@@ -154,9 +154,9 @@ settled_outcome(const IdemRecord *rec, const IdemFingerprint *fp,
  * answer leaves anything behind: the pending record and the key lock, both
  * gone if the transaction rolls back.
  */
-void
-protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
-			   Interval *lease, Oid api_function, IdemAnswer *answer)
+static void
+claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
+	  Interval *lease, IdemAnswer *answer)
 {
 	TimestampTz now = GetCurrentStatementStartTimestamp();
 	TimestampTz lease_expires_at;
@@ -182,7 +182,7 @@ protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 															   PointerGetDatum(lease))))));
 	expires_at = now + (TimestampTz) idem_retention * USECS_PER_SEC;
 
-	record_open(api_function);
+	record_open();
 
 	/* A finished record is final: replay it without locking anything. */
 	have_snap = record_fetch(key, false, &snap);
@@ -260,20 +260,51 @@ protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 }
 
 /*
+ * One log line per claim, with idem.log_outcomes: every request of one
+ * intent can be found in the server log by grepping for its key.
+ */
+static void
+log_claim(const IdemKey *key, const IdemAnswer *answer)
+{
+	char		attempt[16] = "";
+
+	if (answer->has_record)
+		snprintf(attempt, sizeof(attempt), "%d", answer->attempt);
+	ereport(LOG,
+			(errmsg("idem claim: tenant=\"%s\" endpoint=\"%s\" key=\"%s\" outcome=%s attempt=%s",
+					text_to_cstring(key->tenant),
+					text_to_cstring(key->endpoint),
+					text_to_cstring(key->key),
+					outcome_name(answer->outcome), attempt),
+			 errhidestmt(true),
+			 errhidecontext(true)));
+}
+
+void
+protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
+			   Interval *lease, IdemAnswer *answer)
+{
+	claim(key, fp, wait, lease, answer);
+	stats_count_claim(answer->outcome);
+	if (idem_log_outcomes)
+		log_claim(key, answer);
+}
+
+/*
  * What a claim would answer, without claiming: false when a claim would
  * execute (no live record, or one that failed retryably or was released).
  * A pending claim that another transaction has not committed is invisible
  * here, as it is to every other reader.
  */
 bool
-protocol_replay(const IdemKey *key, Oid api_function, IdemAnswer *answer)
+protocol_replay(const IdemKey *key, IdemAnswer *answer)
 {
 	TimestampTz now = GetCurrentStatementStartTimestamp();
 	IdemRecord	rec;
 	bool		found;
 	IdemFingerprint none = {false};
 
-	record_open(api_function);
+	record_open();
 	found = record_fetch(key, false, &rec);
 	record_close();
 
@@ -293,8 +324,7 @@ protocol_replay(const IdemKey *key, Oid api_function, IdemAnswer *answer)
  */
 bool
 protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
-				int32 attempt, bool has_status, int32 status, bytea *body,
-				Oid api_function)
+				int32 attempt, bool has_status, int32 status, bytea *body)
 {
 	static const char *const function_names[] = {
 		[IDEM_FINISH_COMPLETE] = "idem_complete()",
@@ -310,7 +340,7 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 
 	require_primary(function);
 	keylock_acquire(key, true);
-	record_open(api_function);
+	record_open();
 
 	if (IsolationUsesXactSnapshot())
 		have_snap = record_fetch(key, false, &snap);
@@ -352,28 +382,6 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 			break;
 	}
 	record_close();
+	stats_count_finish(how);
 	return true;
-}
-
-/*
- * Delete every record that has expired, batch by batch, in the caller's
- * transaction.  Rows another transaction has locked are left for later.
- */
-uint64
-protocol_purge(Oid api_function)
-{
-	TimestampTz now = GetCurrentStatementStartTimestamp();
-	uint64		total = 0;
-	uint64		deleted;
-
-	require_primary("idem_purge()");
-	record_open(api_function);
-	do
-	{
-		CHECK_FOR_INTERRUPTS();
-		deleted = record_purge_batch(now, idem_purge_batch);
-		total += deleted;
-	} while (deleted == (uint64) idem_purge_batch);
-	record_close();
-	return total;
 }

@@ -125,14 +125,34 @@ record_invalidate(Datum arg, Oid relid)
 }
 
 /*
- * Prepare every statement against idem_record in the schema that holds
- * api_function, the SQL function being called: that is the extension's
- * schema, wherever the DBA put it.
+ * The schema the extension lives in, wherever the DBA put it; InvalidOid if
+ * the extension is not installed in this database.
  */
-static void
-prepare_plans(Oid api_function)
+static Oid
+extension_schema(void)
 {
-	Oid			schema = get_func_namespace(api_function);
+	Oid			argtypes[1] = {NAMEOID};
+	Datum		values[1] = {CStringGetDatum("idem")};
+	bool		isnull;
+	int			rc;
+
+	rc = SPI_execute_with_args("SELECT extnamespace FROM pg_catalog.pg_extension"
+							   " WHERE extname OPERATOR(pg_catalog.=) $1",
+							   1, argtypes, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed: %s",
+			 SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return InvalidOid;
+	return DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
+										  SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* Prepare every statement against the extension's idem_record. */
+static void
+prepare_plans(void)
+{
+	Oid			schema;
 	char	   *qualified;
 
 	for (int i = 0; i < NUM_PLANS; i++)
@@ -142,11 +162,13 @@ prepare_plans(Oid api_function)
 		plans[i] = NULL;
 	}
 
-	record_relid = get_relname_relid("idem_record", schema);
+	schema = extension_schema();
+	record_relid = OidIsValid(schema) ?
+		get_relname_relid("idem_record", schema) : InvalidOid;
 	if (!OidIsValid(record_relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_record\" of extension \"idem\" does not exist")));
+				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
 	qualified = quote_qualified_identifier(get_namespace_name(schema),
 										   "idem_record");
 
@@ -171,7 +193,7 @@ prepare_plans(Oid api_function)
 }
 
 void
-record_open(Oid api_function)
+record_open(void)
 {
 	caller_context = CurrentMemoryContext;
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -183,7 +205,7 @@ record_open(Oid api_function)
 		callback_registered = true;
 	}
 	if (!plans_valid)
-		prepare_plans(api_function);
+		prepare_plans();
 }
 
 void

@@ -5,10 +5,16 @@
  *
  * The rule that matters most: a record must outlive the longest span over
  * which callers retry, or a late retry executes twice.  idem.retention must
- * therefore exceed idem.retry_window.  GUC check hooks see one setting at a
- * time, in whatever order a file or a session assigns them, so the rule is
- * checked where both values are final: when the library is preloaded (the
- * server refuses to start) and at every claim (the claim errors).
+ * therefore exceed idem.retry_window.  It is checked in three places:
+ *
+ * - when the library is preloaded, once both settings hold the
+ *   configuration's values: the server refuses to start;
+ * - in check hooks, for values from the configuration file (a reload, or
+ *   ALTER SYSTEM): a value that would break the rule against the other
+ *   setting's value in force is refused, logged, and the old one stays, so
+ *   the rule holds after every step of a reload;
+ * - at every claim, since a session or a role may set both (the claim
+ *   errors).
  *
  *-------------------------------------------------------------------------
  */
@@ -27,9 +33,36 @@ int			idem_lease = 5 * 60 * 1000;
 int			idem_purge_interval = 60 * 1000;
 int			idem_purge_batch = 10000;
 int			idem_max_body_size = 1024;
+bool		idem_log_outcomes = false;
+
+/* Both settings of the retention rule exist: the check hooks may compare */
+static bool settings_defined = false;
 
 /* The largest body a bytea can hold, in kilobytes */
 #define IDEM_MAX_BODY_KB	((int) (MaxAllocSize / 1024))
+
+static bool
+check_retention_rule(int retention, int retry_window, GucSource source)
+{
+	if (!settings_defined || source != PGC_S_FILE || retention > retry_window)
+		return true;
+	GUC_check_errdetail("idem.retention (%ds) must be longer than idem.retry_window (%ds).",
+						retention, retry_window);
+	GUC_check_errhint("The value in force stays.  To move both settings past each other, change them in two steps.");
+	return false;
+}
+
+static bool
+check_retention(int *newval, void **extra, GucSource source)
+{
+	return check_retention_rule(*newval, idem_retry_window, source);
+}
+
+static bool
+check_retry_window(int *newval, void **extra, GucSource source)
+{
+	return check_retention_rule(idem_retention, *newval, source);
+}
 
 void
 settings_init(void)
@@ -41,7 +74,7 @@ settings_init(void)
 							24 * 60 * 60, 1, INT_MAX,
 							PGC_USERSET,
 							GUC_UNIT_S,
-							NULL, NULL, NULL);
+							check_retention, NULL, NULL);
 
 	DefineCustomIntVariable("idem.retry_window",
 							"The longest span over which callers retry a request.",
@@ -50,7 +83,7 @@ settings_init(void)
 							60 * 60, 1, INT_MAX,
 							PGC_USERSET,
 							GUC_UNIT_S,
-							NULL, NULL, NULL);
+							check_retry_window, NULL, NULL);
 
 	DefineCustomIntVariable("idem.lease",
 							"How long a committed pending claim answers in_progress before it answers unknown.",
@@ -87,6 +120,17 @@ settings_init(void)
 							PGC_SUSET,
 							GUC_UNIT_KB,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("idem.log_outcomes",
+							 "Logs one line per claim: tenant, endpoint, key, outcome and attempt.",
+							 NULL,
+							 &idem_log_outcomes,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	settings_defined = true;
 
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("idem");

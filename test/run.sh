@@ -68,6 +68,21 @@ count_regress() {
 	fi
 }
 
+# count_prove LOG: add a prove or pg_prove run's result to the totals
+count_prove() {
+	local log=$1 t f
+	t=$(grep -oE 'Tests=[0-9]+' "$log" | grep -oE '[0-9]+')
+	f=$(grep -oE 'Failed [0-9]+/' "$log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}')
+	if grep -q '^Result: PASS' "$log"; then
+		passed=$((passed + ${t:-0}))
+	else
+		[ "${f:-0}" -gt 0 ] || f=1
+		failed=$((failed + f))
+		passed=$((passed + ${t:-0} - f))
+		[ $passed -ge 0 ] || passed=0
+	fi
+}
+
 # pg_regress: one file per concern in sql/
 say "pg_regress"
 "$PG_PGXSDIR/src/test/regress/pg_regress" \
@@ -104,20 +119,20 @@ if pg_ctl -D "$PGDATA_TAP" -l "$OUT/pgtap_server.log" -w \
 		-c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION idem'
 	pg_prove -h "$SOCK" -p "$PORT" -d idem_pgtap test/pgtap/*.sql 2>&1 |
 		tee "$OUT/pgtap.log"
-	t=$(grep -oE 'Tests=[0-9]+' "$OUT/pgtap.log" | grep -oE '[0-9]+')
-	f=$(grep -oE 'Failed [0-9]+/' "$OUT/pgtap.log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}')
-	if grep -q '^Result: PASS' "$OUT/pgtap.log"; then
-		passed=$((passed + ${t:-0}))
-	else
-		failed=$((failed + ${f:-1}))
-		passed=$((passed + ${t:-0} - ${f:-0}))
-	fi
+	count_prove "$OUT/pgtap.log"
 	pg_ctl -D "$PGDATA_TAP" -m fast -w stop >/dev/null
 else
 	cat "$OUT/pgtap_server.log"
 	failed=$((failed + 1))
 fi
 rm -rf "$SOCK"
+
+# TAP: the worker, restarts, reloads, a standby (PostgreSQL::Test::Cluster)
+say "TAP"
+mkdir -p "$OUT/tap"
+PG_TEST_TIMEOUT_DEFAULT=90 TESTDIR="$OUT/tap" PG_REGRESS="$PG_PGXSDIR/src/test/regress/pg_regress" \
+	prove -v -I "$PG_PGXSDIR/src/test/perl" test/t/*.pl 2>&1 | tee "$OUT/tap.log"
+count_prove "$OUT/tap.log"
 
 echo "idem: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

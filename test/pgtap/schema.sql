@@ -1,7 +1,7 @@
 -- test/pgtap/schema.sql: idem's schema, function signatures, volatility and
 -- privileges, checked with pgTAP.  Runs in one transaction, rolled back.
 BEGIN;
-SELECT plan(54);
+SELECT plan(59);
 
 -- the table and its indexes
 SELECT has_table('idem_record');
@@ -60,13 +60,26 @@ SELECT volatility_is('idem_purge', ARRAY[]::name[], 'volatile');
 -- every function runs as the owner, with a pinned search_path, and is not
 -- strict (a NULL argument is an error, not a NULL result)
 SELECT is((SELECT count(*)::int FROM pg_proc
-			WHERE pronamespace = 'public'::regnamespace AND proname LIKE 'idem\_%'),
+			WHERE pronamespace = 'public'::regnamespace
+			  AND proname IN ('idem_claim', 'idem_complete', 'idem_fail',
+							  'idem_replay', 'idem_release', 'idem_purge')),
 		  12, 'twelve API functions');
 SELECT is((SELECT count(*)::int FROM pg_proc
-			WHERE pronamespace = 'public'::regnamespace AND proname LIKE 'idem\_%'
+			WHERE pronamespace = 'public'::regnamespace
+			  AND proname IN ('idem_claim', 'idem_complete', 'idem_fail',
+							  'idem_replay', 'idem_release', 'idem_purge')
 			  AND prosecdef AND NOT proisstrict
 			  AND proconfig = ARRAY['search_path=pg_catalog, public, pg_temp']),
 		  12, 'all are SECURITY DEFINER, not strict, with search_path pinned');
+
+-- the counters: a view for pg_monitor, a reset for admins
+SELECT has_view('idem_stats');
+SELECT columns_are('idem_stats', ARRAY[
+	'datid', 'datname', 'claims_claimed', 'claims_replay',
+	'claims_in_progress', 'claims_mismatch', 'claims_unknown', 'completes',
+	'fails', 'fails_retryable', 'releases', 'purged', 'last_purge',
+	'last_purge_ms', 'stats_reset']);
+SELECT table_privs_are('idem_stats', 'pg_monitor', ARRAY['SELECT']);
 
 -- privileges: PUBLIC may execute the API and may not touch the table
 CREATE ROLE idem_tap_app;
@@ -80,6 +93,8 @@ SELECT function_privs_are('idem_fail', ARRAY['text', 'text', 'text', 'integer', 
 SELECT function_privs_are('idem_replay', ARRAY['text', 'text', 'text'], 'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_purge', ARRAY[]::name[], 'idem_tap_app', ARRAY[]::text[]);
+SELECT function_privs_are('idem_stats_reset', ARRAY[]::name[], 'idem_tap_app', ARRAY[]::text[]);
+SELECT table_privs_are('idem_stats', 'idem_tap_app', ARRAY[]::text[]);
 
 SET ROLE idem_tap_app;
 SELECT throws_ok('SELECT * FROM idem_record', '42501', NULL, 'the application cannot read the table');

@@ -1,0 +1,238 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  The background purge: a launcher and short-lived per-database workers.
+ *
+ * A background worker is bound to one database for its whole life, and a
+ * worker that stays connected to a database would make DROP DATABASE fail.
+ * So the launcher, connected to no database, lists the databases every
+ * idem.purge_interval and, one after the other, starts a worker in each.
+ * That worker leaves at once where idem is not installed, and otherwise
+ * purges expired records batch after batch, one transaction per batch, for
+ * at most IDEM_PURGE_VISIT_MS, then exits.  A worker that had to stop with
+ * expired records left says so (stats.c), and the launcher comes back
+ * without waiting an interval.  A database created or dropped later is
+ * visited or left out at the next round, and DROP DATABASE, which waits a
+ * few seconds for other sessions to leave, never finds a purge in its way
+ * for longer than one visit.
+ *
+ * The launcher starts once recovery has finished: never on a standby, and
+ * on a standby's promotion.  SIGTERM ends either process (die); the
+ * postmaster restarts the launcher after IDEM_LAUNCHER_RESTART_S.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+
+/* Longest stay of one purge worker in its database */
+#define IDEM_PURGE_VISIT_MS		1000
+
+/* Seconds before the postmaster restarts a launcher that exited */
+#define IDEM_LAUNCHER_RESTART_S	5
+
+PGDLLEXPORT void idem_launcher_main(Datum main_arg);
+PGDLLEXPORT void idem_purge_main(Datum main_arg);
+
+static void
+fill_worker(BackgroundWorker *bgw, const char *function, const char *type)
+{
+	memset(bgw, 0, sizeof(*bgw));
+	bgw->bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	snprintf(bgw->bgw_library_name, BGW_MAXLEN, "idem");
+	snprintf(bgw->bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(bgw->bgw_name, BGW_MAXLEN, "%s", type);
+	snprintf(bgw->bgw_type, BGW_MAXLEN, "%s", type);
+}
+
+/* Called from _PG_init while the library is being preloaded */
+void
+worker_register_launcher(void)
+{
+	BackgroundWorker bgw;
+
+	fill_worker(&bgw, "idem_launcher_main", "idem purge launcher");
+	bgw.bgw_restart_time = IDEM_LAUNCHER_RESTART_S;
+	RegisterBackgroundWorker(&bgw);
+}
+
+/* The OIDs of the databases a worker may connect to */
+static List *
+list_databases(void)
+{
+	List	   *result = NIL;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+	MemoryContext caller = CurrentMemoryContext;
+
+	/* a transaction and a snapshot to read pg_database with */
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+		MemoryContext old;
+
+		if (!db->datallowconn || db->datistemplate)
+			continue;
+		/* the list must outlive the transaction */
+		old = MemoryContextSwitchTo(caller);
+		result = lappend_oid(result, db->oid);
+		MemoryContextSwitchTo(old);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	CommitTransactionCommand();
+	return result;
+}
+
+/* Run one purge worker in a database and wait until it is done */
+static void
+visit_database(Oid dboid)
+{
+	BackgroundWorker bgw;
+	BackgroundWorkerHandle *handle;
+	pid_t		pid;
+
+	fill_worker(&bgw, "idem_purge_main", "idem purge");
+	bgw.bgw_restart_time = BGW_NEVER_RESTART;
+	bgw.bgw_main_arg = ObjectIdGetDatum(dboid);
+	bgw.bgw_notify_pid = MyProcPid;
+
+	if (!RegisterDynamicBackgroundWorker(&bgw, &handle))
+	{
+		ereport(LOG,
+				(errmsg("idem could not start a purge worker for database %u", dboid),
+				 errhint("Raise max_worker_processes.")));
+		return;
+	}
+	if (WaitForBackgroundWorkerStartup(handle, &pid) == BGWH_POSTMASTER_DIED ||
+		WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
+		proc_exit(1);
+	pfree(handle);
+}
+
+void
+idem_launcher_main(Datum main_arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* no database: the launcher reads only the shared catalog pg_database */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	for (;;)
+	{
+		List	   *databases;
+		ListCell   *lc;
+		bool		backlog = false;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		pgstat_report_activity(STATE_RUNNING, "visiting databases");
+		databases = list_databases();
+		foreach(lc, databases)
+		{
+			visit_database(lfirst_oid(lc));
+			backlog |= stats_purge_backlog(lfirst_oid(lc));
+			CHECK_FOR_INTERRUPTS();
+		}
+		list_free(databases);
+		pgstat_report_activity(STATE_IDLE, NULL);
+
+		if (!backlog)
+		{
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 idem_purge_interval, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+	}
+}
+
+void
+idem_purge_main(Datum main_arg)
+{
+	Oid			dboid = DatumGetObjectId(main_arg);
+	TimestampTz start;
+	TimestampTz deadline;
+	uint64		total = 0;
+	uint64		deleted;
+	bool		installed;
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	/* Is idem installed here?  If not, there is nothing to do. */
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	installed = OidIsValid(get_extension_oid("idem", true));
+	CommitTransactionCommand();
+	if (!installed)
+		proc_exit(0);
+
+	start = GetCurrentTimestamp();
+	deadline = TimestampTzPlusMilliseconds(start, IDEM_PURGE_VISIT_MS);
+	do
+	{
+		CHECK_FOR_INTERRUPTS();
+
+		/*
+		 * One transaction per batch, so that the rows a batch deletes are
+		 * gone, and its locks released, as soon as it is done.  The
+		 * statement start time is the transaction's start time too; the
+		 * snapshot is what the batch's statements see.
+		 */
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, "purging expired records");
+
+		deleted = purge_batch(GetCurrentStatementStartTimestamp());
+
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		total += deleted;
+	} while (deleted == (uint64) idem_purge_batch &&
+			 GetCurrentTimestamp() < deadline);
+
+	stats_count_purge(total, start, GetCurrentTimestamp(),
+					  deleted == (uint64) idem_purge_batch);
+	pgstat_report_stat(true);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	proc_exit(0);
+}

@@ -1,0 +1,151 @@
+# test/t/001_worker.pl: the background purge, the retention rule at start
+# and reload, and the standby rules.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+$primary->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'idem'
+idem.purge_interval = '1s'
+});
+$primary->start;
+
+# how many launchers run
+sub launchers
+{
+	my ($n) = @_;
+	return qq{SELECT count(*) = $n FROM pg_stat_activity
+		WHERE backend_type = 'idem purge launcher'};
+}
+ok($primary->poll_query_until('postgres', launchers(1)),
+	'the launcher runs, named in pg_stat_activity');
+
+# records of two databases, created after the launcher started: short ones
+# expire after 2s, long ones stay
+sub make_records
+{
+	my ($node, $db, $prefix, $n) = @_;
+	$node->safe_psql($db, qq{
+		SET idem.retry_window = '1s';
+		SET idem.retention = '2s';
+		SELECT count(idem_claim('t', 'e', '$prefix-' || i)) FROM generate_series(1, $n) i;
+	});
+	return time() + 2;
+}
+
+for my $db (qw(db1 db2))
+{
+	$primary->safe_psql('postgres', "CREATE DATABASE $db");
+	$primary->safe_psql($db, 'CREATE EXTENSION idem');
+	$primary->safe_psql($db,
+		q{SELECT count(idem_claim('t', 'e', 'long-' || i)) FROM generate_series(1, 100) i});
+}
+my %expiry = map { $_ => make_records($primary, $_, 'short', 500) } qw(db1 db2);
+for my $db (qw(db1 db2))
+{
+	my $gone = q{SELECT count(*) = 0 FROM idem_record WHERE key LIKE 'short-%'};
+	ok($primary->poll_query_until($db, $gone), "expired records are purged in $db");
+	my $lag = time() - $expiry{$db};
+	note(sprintf('%s: purged %.2fs after expiry', $db, $lag));
+	# one interval, plus a visit and polling, with room for a slow machine
+	cmp_ok($lag, '<', 1 + 3, "$db: the purge lags expiry by about one interval");
+	is($primary->safe_psql($db, q{SELECT count(*) FROM idem_record WHERE key LIKE 'long-%'}),
+		'100', "unexpired records stay in $db");
+}
+is($primary->safe_psql('db1', q{SELECT purged, last_purge IS NOT NULL FROM idem_stats
+	WHERE datname = 'db1'}), '500|t', 'idem_stats counts the purged rows');
+
+# a purge worker never keeps DROP DATABASE out
+$primary->safe_psql('postgres', 'DROP DATABASE db2');
+pass('DROP DATABASE of a purged database succeeds');
+
+# SIGTERM ends the launcher; the postmaster starts it again
+my $pid = $primary->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'idem purge launcher'});
+$primary->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+ok( $primary->poll_query_until('postgres',
+		qq{SELECT count(*) = 1 FROM pg_stat_activity
+		   WHERE backend_type = 'idem purge launcher' AND pid <> $pid}),
+	'the launcher is back after SIGTERM');
+make_records($primary, 'db1', 'after-restart', 10);
+ok( $primary->poll_query_until('db1',
+		q{SELECT count(*) = 0 FROM idem_record WHERE key LIKE 'after-restart-%'}),
+	'and purges again');
+
+# a reload changes the interval: at 1h nothing is purged, back at 1s the
+# launcher wakes and purges
+$primary->safe_psql('postgres', q{ALTER SYSTEM SET idem.purge_interval = '1h'});
+$primary->reload;
+sleep(1);
+make_records($primary, 'db1', 'reload', 10);
+sleep(3);
+is($primary->safe_psql('db1', q{SELECT count(*) FROM idem_record WHERE key LIKE 'reload-%'}),
+	'10', 'with a 1h interval, expired records wait');
+$primary->safe_psql('postgres', q{ALTER SYSTEM SET idem.purge_interval = '1s'});
+$primary->reload;
+ok( $primary->poll_query_until('db1',
+		q{SELECT count(*) = 0 FROM idem_record WHERE key LIKE 'reload-%'}),
+	'after a reload to 1s they are purged');
+
+# a reload that would break the retention rule is refused and logged; the
+# old value stays in force
+my ($ret, $stdout, $stderr) = $primary->psql('postgres',
+	q{ALTER SYSTEM SET idem.retention = '30min'});
+like($stderr, qr/idem\.retention \(1800s\) must be longer than idem\.retry_window \(3600s\)/,
+	'ALTER SYSTEM refuses a retention shorter than the retry window');
+my $log_offset = -s $primary->logfile;
+$primary->append_conf('postgresql.conf', q{idem.retention = '30min'});
+$primary->reload;
+ok( $primary->wait_for_log(qr/invalid value for parameter "idem\.retention"/, $log_offset),
+	'a reload breaking the rule is refused in the log');
+ok($primary->log_contains(qr/must be longer than idem\.retry_window/, $log_offset),
+	'and the log says which two settings and why');
+is($primary->safe_psql('postgres', 'SHOW idem.retention'), '1d', 'the old retention stays');
+
+# the server refuses to start with retention <= retry window
+$primary->stop;
+$primary->append_conf('postgresql.conf', q{idem.retention = '1h'});
+$log_offset = -s $primary->logfile;
+ok(!$primary->start(fail_ok => 1), 'the server does not start with retention = retry window');
+ok($primary->log_contains(qr/idem\.retention \(3600s\) must be longer than idem\.retry_window \(3600s\)/,
+		$log_offset),
+	'the log names both settings');
+$primary->append_conf('postgresql.conf', q{idem.retention = '1d'});
+$primary->start;
+
+# a standby: no launcher, no decisions; after promotion it purges
+$primary->safe_psql('postgres', q{ALTER SYSTEM SET idem.purge_interval = '1h'});
+$primary->reload;
+$primary->backup('backup');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'backup', has_streaming => 1);
+$standby->adjust_conf('postgresql.auto.conf', 'idem.purge_interval', q{'1s'});
+$standby->start;
+$primary->safe_psql('db1', q{SELECT idem_complete('t', 'e', 'long-1', 201, 'kept')});
+make_records($primary, 'db1', 'failover', 20);
+$primary->wait_for_catchup($standby);
+
+is($standby->safe_psql('postgres', launchers(0)), 't', 'no launcher on a standby');
+($ret, $stdout, $stderr) = $standby->psql('db1', q{SELECT idem_claim('t', 'e', 'x')});
+like($stderr, qr/cannot call idem_claim\(\) during recovery/, 'a standby refuses claims');
+like($stderr, qr/need the primary/, 'and says to use the primary');
+
+$primary->stop;
+$standby->promote;
+ok($standby->poll_query_until('postgres', launchers(1)),
+	'the promoted standby starts the launcher');
+ok( $standby->poll_query_until('db1',
+		q{SELECT count(*) = 0 FROM idem_record WHERE key LIKE 'failover-%'}),
+	'and purges what expired');
+is( $standby->safe_psql('db1',
+		q{SELECT outcome || ' ' || status || ' ' || convert_from(body, 'UTF8')
+		  FROM idem_claim('t', 'e', 'long-1')}),
+	'replay 201 kept', 'records committed on the primary replay on the promoted standby');
+
+$standby->stop;
+done_testing();
