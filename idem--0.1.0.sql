@@ -49,6 +49,19 @@ SELECT pg_catalog.pg_extension_config_dump('idem_record', '');
 REVOKE ALL ON idem_record FROM PUBLIC;
 
 /*
+ * Row-level security bound to idem.tenant: a role bound to a tenant that a
+ * DBA grants SELECT on the table still sees only that tenant's rows, and,
+ * with no policy for writes, can change none even if granted.  The API
+ * functions run as the owner, whom row-level security does not restrict;
+ * they check the binding themselves.
+ */
+ALTER TABLE idem_record ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idem_record_tenant ON idem_record FOR SELECT
+	USING (coalesce(pg_catalog.current_setting('idem.tenant', true), '')
+		   OPERATOR(pg_catalog.=) ''
+		   OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('idem.tenant', true));
+
+/*
  * The API.  Every function runs as the extension owner, who alone may touch
  * idem_record, with a pinned search_path; the C code also schema-qualifies
  * every object and operator it uses.
@@ -168,6 +181,27 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 
 REVOKE ALL ON FUNCTION idem_purge() FROM PUBLIC;
 
+/* Operator tools: not for PUBLIC; both honour idem.tenant */
+CREATE FUNCTION idem_list(tenant text, endpoint text DEFAULT NULL,
+						  with_body boolean DEFAULT false,
+						  max_rows integer DEFAULT 100)
+RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
+			   status integer, attempt integer, created_at timestamptz,
+			   claimed_at timestamptz, lease_expires_at timestamptz,
+			   finished_at timestamptz, expires_at timestamptz, body bytea)
+AS 'MODULE_PATHNAME', 'idem_list'
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_forget(tenant text, endpoint text, key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_forget'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_list(text, text, boolean, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_forget(text, text, text) FROM PUBLIC;
+
 /*
  * Counters of what idem did, per database, kept in shared memory since the
  * server started or idem_stats_reset() was called.  They need idem in
@@ -224,6 +258,10 @@ COMMENT ON FUNCTION idem_release(text, text, text, integer) IS
 	'drop a pending claim so that the next claim executes again';
 COMMENT ON FUNCTION idem_purge() IS
 	'delete expired records now; returns how many';
+COMMENT ON FUNCTION idem_list(text, text, boolean, integer) IS
+	'operator listing of one tenant''s records, bodies only if asked';
+COMMENT ON FUNCTION idem_forget(text, text, text) IS
+	'operator tool: delete one key''s record whatever its state';
 COMMENT ON VIEW idem_stats IS
 	'what idem did per database since the server started or idem_stats_reset()';
 COMMENT ON FUNCTION idem_stats_reset() IS

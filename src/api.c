@@ -32,6 +32,8 @@ PG_FUNCTION_INFO_V1(idem_fail_jsonb);
 PG_FUNCTION_INFO_V1(idem_replay);
 PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_purge);
+PG_FUNCTION_INFO_V1(idem_list);
+PG_FUNCTION_INFO_V1(idem_forget);
 
 /* The row type of idem_claim and idem_replay, built once per backend */
 static TupleDesc answer_desc = NULL;
@@ -45,36 +47,42 @@ require_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
 				 errmsg("%s must not be null", name)));
 }
 
-/* The tenant, endpoint and key: arguments 0 to 2 of every function */
+/* A tenant, endpoint or key: NULL, empty and over-long are refused */
+static text *
+key_part_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	text	   *part;
+	int			len;
+
+	require_not_null(fcinfo, argno, name);
+	part = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(part);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", name)));
+	if (len > IDEM_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s \"%.*s...\" is too long", name,
+						pg_mbcliplen(VARDATA_ANY(part), len, 32),
+						VARDATA_ANY(part)),
+				 errdetail("The %s is %d bytes long; the limit is %d bytes.",
+						   name, len, IDEM_MAX_KEY_BYTES)));
+	return part;
+}
+
+/*
+ * The tenant, endpoint and key: arguments 0 to 2 of every function.  The
+ * tenant binding is checked here, before anything reads or writes.
+ */
 static void
 key_from_args(FunctionCallInfo fcinfo, IdemKey *key)
 {
-	static const char *const names[] = {"tenant", "endpoint", "key"};
-	text	   *parts[3];
-
-	for (int i = 0; i < 3; i++)
-	{
-		int			len;
-
-		require_not_null(fcinfo, i, names[i]);
-		parts[i] = PG_GETARG_TEXT_PP(i);
-		len = VARSIZE_ANY_EXHDR(parts[i]);
-		if (len == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("%s must not be empty", names[i])));
-		if (len > IDEM_MAX_KEY_BYTES)
-			ereport(ERROR,
-					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-					 errmsg("%s \"%.*s...\" is too long", names[i],
-							pg_mbcliplen(VARDATA_ANY(parts[i]), len, 32),
-							VARDATA_ANY(parts[i])),
-					 errdetail("The %s is %d bytes long; the limit is %d bytes.",
-							   names[i], len, IDEM_MAX_KEY_BYTES)));
-	}
-	key->tenant = parts[0];
-	key->endpoint = parts[1];
-	key->key = parts[2];
+	key->tenant = key_part_from_arg(fcinfo, 0, "tenant");
+	key->endpoint = key_part_from_arg(fcinfo, 1, "endpoint");
+	key->key = key_part_from_arg(fcinfo, 2, "key");
+	tenant_check(key->tenant);
 }
 
 static int32
@@ -326,4 +334,68 @@ Datum
 idem_purge(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INT64((int64) purge_all());
+}
+
+/*
+ * The operator listing of one tenant's records, bodies only if asked.  A
+ * session bound to a tenant can list only that tenant.
+ */
+Datum
+idem_list(PG_FUNCTION_ARGS)
+{
+	FuncCallContext *funcctx;
+	List	   *rows;
+
+	if (SRF_IS_FIRSTCALL())
+	{
+		text	   *tenant;
+		text	   *endpoint = NULL;
+		bool		with_body;
+		int32		max_rows;
+		TupleDesc	desc;
+		MemoryContext old;
+
+		tenant = key_part_from_arg(fcinfo, 0, "tenant");
+		tenant_check(tenant);
+		if (!PG_ARGISNULL(1))
+			endpoint = key_part_from_arg(fcinfo, 1, "endpoint");
+		with_body = bool_from_arg(fcinfo, 2, "with_body");
+		require_not_null(fcinfo, 3, "max_rows");
+		max_rows = PG_GETARG_INT32(3);
+		if (max_rows < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_rows %d must not be negative", max_rows)));
+
+		funcctx = SRF_FIRSTCALL_INIT();
+		old = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+		funcctx->tuple_desc = BlessTupleDesc(desc);
+		rows = protocol_list(tenant, endpoint, with_body, max_rows,
+							 funcctx->tuple_desc);
+		funcctx->user_fctx = rows;
+		funcctx->max_calls = list_length(rows);
+		MemoryContextSwitchTo(old);
+	}
+
+	funcctx = SRF_PERCALL_SETUP();
+	rows = (List *) funcctx->user_fctx;
+	if (funcctx->call_cntr < funcctx->max_calls)
+	{
+		/* SRF_RETURN_NEXT counts the call before it evaluates its result */
+		Datum		row = HeapTupleGetDatum((HeapTuple) list_nth(rows, funcctx->call_cntr));
+
+		SRF_RETURN_NEXT(funcctx, row);
+	}
+	SRF_RETURN_DONE(funcctx);
+}
+
+Datum
+idem_forget(PG_FUNCTION_ARGS)
+{
+	IdemKey		key;
+
+	key_from_args(fcinfo, &key);
+	PG_RETURN_BOOL(protocol_forget(&key));
 }

@@ -15,7 +15,9 @@
 
 #include "postgres.h"
 
+#include "access/tupdesc.h"
 #include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
 #include "utils/timestamp.h"
 
 /* SHA-256 digest length: the size of a stored request fingerprint */
@@ -104,6 +106,8 @@ extern int	idem_purge_interval;	/* milliseconds */
 extern int	idem_purge_batch;	/* rows */
 extern int	idem_max_body_size; /* kilobytes */
 extern bool idem_log_outcomes;
+extern bool idem_standby_replay;
+extern char *idem_tenant;
 extern void settings_init(void);
 extern void settings_check_retention_rule(int elevel);
 
@@ -131,6 +135,9 @@ extern void record_finish(const IdemKey *key, IdemState state,
 						  bool retryable, bool has_status, int32 status,
 						  bytea *body, TimestampTz now);
 extern uint64 record_purge_batch(TimestampTz now, int batch);
+extern List *record_list(text *tenant, text *endpoint, bool with_body,
+						 int32 max_rows, TupleDesc desc);
+extern bool record_forget(const IdemKey *key);
 
 /* protocol.c */
 extern void protocol_claim(const IdemKey *key, const IdemFingerprint *fp,
@@ -139,6 +146,9 @@ extern bool protocol_replay(const IdemKey *key, IdemAnswer *answer);
 extern bool protocol_finish(const IdemKey *key, IdemFinish how,
 							bool has_attempt, int32 attempt,
 							bool has_status, int32 status, bytea *body);
+extern List *protocol_list(text *tenant, text *endpoint, bool with_body,
+						   int32 max_rows, TupleDesc desc);
+extern bool protocol_forget(const IdemKey *key);
 extern const char *outcome_name(IdemOutcome outcome);
 extern void require_primary(const char *function);
 
@@ -153,6 +163,9 @@ extern void stats_count_finish(IdemFinish how);
 extern void stats_count_purge(uint64 rows, TimestampTz start, TimestampTz end,
 							  bool backlog);
 extern bool stats_purge_backlog(Oid dbid);
+
+/* tenant.c */
+extern void tenant_check(const text *tenant);
 
 /* worker.c */
 extern void worker_register_launcher(void);

@@ -304,6 +304,13 @@ protocol_replay(const IdemKey *key, IdemAnswer *answer)
 	bool		found;
 	IdemFingerprint none = {false};
 
+	if (RecoveryInProgress() && !idem_standby_replay)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot call idem_replay() during recovery"),
+				 errdetail("A standby's records may lag the primary's."),
+				 errhint("Ask the primary, or set idem.standby_replay to accept the lag.")));
+
 	record_open();
 	found = record_fetch(key, false, &rec);
 	record_close();
@@ -384,4 +391,36 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 	record_close();
 	stats_count_finish(how);
 	return true;
+}
+
+/* The operator listing: a tenant's records, newest state, no decision */
+List *
+protocol_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
+			  TupleDesc desc)
+{
+	List	   *rows;
+
+	record_open();
+	rows = record_list(tenant, endpoint, with_body, max_rows, desc);
+	record_close();
+	return rows;
+}
+
+/*
+ * Forget a key, whatever its state: the next claim executes as a first
+ * claim.  An operator's tool, for a record that must not be replayed.  It
+ * takes the key lock like every writer, so it waits for a transaction that
+ * is writing the key.
+ */
+bool
+protocol_forget(const IdemKey *key)
+{
+	bool		forgotten;
+
+	require_primary("idem_forget()");
+	keylock_acquire(key, true);
+	record_open();
+	forgotten = record_forget(key);
+	record_close();
+	return forgotten;
 }

@@ -19,6 +19,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
@@ -36,6 +37,8 @@ typedef enum RecordPlan
 	PLAN_RECLAIM,
 	PLAN_FINISH,
 	PLAN_PURGE,
+	PLAN_LIST,
+	PLAN_FORGET,
 	NUM_PLANS
 } RecordPlan;
 
@@ -100,6 +103,19 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		" LIMIT $2 FOR UPDATE SKIP LOCKED))"
 		" AND expires_at OPERATOR(pg_catalog.<=) $1",
 		2, {TIMESTAMPTZOID, INT4OID}
+	},
+	[PLAN_LIST] = {
+		"SELECT endpoint, key, state, retryable, status, attempt, created_at,"
+		" claimed_at, lease_expires_at, finished_at, expires_at,"
+		" CASE WHEN $3 THEN body END FROM %s"
+		" WHERE tenant OPERATOR(pg_catalog.=) $1"
+		" AND ($2 IS NULL OR endpoint OPERATOR(pg_catalog.=) $2)"
+		" ORDER BY endpoint, key LIMIT $4",
+		4, {TEXTOID, TEXTOID, BOOLOID, INT4OID}
+	},
+	[PLAN_FORGET] = {
+		"DELETE FROM %s" KEY_MATCH,
+		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 };
 
@@ -395,6 +411,52 @@ record_finish(const IdemKey *key, IdemState state, bool retryable,
 	run_plan(PLAN_FINISH, values, nulls, 0);
 	if (SPI_processed != 1)
 		elog(ERROR, "idem record to finish disappeared");
+}
+
+/*
+ * Up to max_rows records of a tenant (of one endpoint, if not NULL), bodies
+ * only if asked, as tuples of desc, the operator listing's row type.
+ */
+List *
+record_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
+			TupleDesc desc)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	List	   *rows = NIL;
+
+	values[0] = PointerGetDatum(tenant);
+	values[1] = PointerGetDatum(endpoint);
+	nulls[1] = endpoint != NULL ? ' ' : 'n';
+	values[2] = BoolGetDatum(with_body);
+	values[3] = Int32GetDatum(max_rows);
+	run_plan(PLAN_LIST, values, nulls, 0);
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		Datum	   *cols = palloc(desc->natts * sizeof(Datum));
+		bool	   *isnull = palloc(desc->natts * sizeof(bool));
+		MemoryContext old;
+
+		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+						  cols, isnull);
+		old = MemoryContextSwitchTo(caller_context);
+		rows = lappend(rows, heap_form_tuple(desc, cols, isnull));
+		MemoryContextSwitchTo(old);
+	}
+	return rows;
+}
+
+/* Delete the key's record, whatever its state; false if it had none */
+bool
+record_forget(const IdemKey *key)
+{
+	Datum		values[3];
+	char		nulls[3];
+
+	key_datums(key, values, nulls);
+	run_plan(PLAN_FORGET, values, nulls, 0);
+	return SPI_processed == 1;
 }
 
 /*

@@ -34,6 +34,8 @@ int			idem_purge_interval = 60 * 1000;
 int			idem_purge_batch = 10000;
 int			idem_max_body_size = 1024;
 bool		idem_log_outcomes = false;
+bool		idem_standby_replay = false;
+char	   *idem_tenant = NULL;
 
 /* Both settings of the retention rule exist: the check hooks may compare */
 static bool settings_defined = false;
@@ -62,6 +64,19 @@ static bool
 check_retry_window(int *newval, void **extra, GucSource source)
 {
 	return check_retention_rule(idem_retention, *newval, source);
+}
+
+/* A tenant binding must be a tenant idem accepts: at most 255 bytes */
+static bool
+check_tenant(char **newval, void **extra, GucSource source)
+{
+	if (*newval != NULL && strlen(*newval) > IDEM_MAX_KEY_BYTES)
+	{
+		GUC_check_errdetail("A tenant is at most %d bytes long.",
+							IDEM_MAX_KEY_BYTES);
+		return false;
+	}
+	return true;
 }
 
 void
@@ -129,6 +144,24 @@ settings_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("idem.standby_replay",
+							 "Lets idem_replay answer on a standby, from data that may lag the primary.",
+							 "Claims and every other decision always need the primary.",
+							 &idem_standby_replay,
+							 false,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("idem.tenant",
+							   "Binds the session to one tenant: idem refuses every other.",
+							   "Set it per role with ALTER ROLE ... SET idem.tenant; only a superuser can change it.",
+							   &idem_tenant,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   check_tenant, NULL, NULL);
 
 	settings_defined = true;
 

@@ -1,7 +1,7 @@
 -- test/pgtap/schema.sql: idem's schema, function signatures, volatility and
 -- privileges, checked with pgTAP.  Runs in one transaction, rolled back.
 BEGIN;
-SELECT plan(59);
+SELECT plan(64);
 
 -- the table and its indexes
 SELECT has_table('idem_record');
@@ -67,10 +67,11 @@ SELECT is((SELECT count(*)::int FROM pg_proc
 SELECT is((SELECT count(*)::int FROM pg_proc
 			WHERE pronamespace = 'public'::regnamespace
 			  AND proname IN ('idem_claim', 'idem_complete', 'idem_fail',
-							  'idem_replay', 'idem_release', 'idem_purge')
+							  'idem_replay', 'idem_release', 'idem_purge',
+							  'idem_list', 'idem_forget')
 			  AND prosecdef AND NOT proisstrict
 			  AND proconfig = ARRAY['search_path=pg_catalog, public, pg_temp']),
-		  12, 'all are SECURITY DEFINER, not strict, with search_path pinned');
+		  14, 'API and operator functions are SECURITY DEFINER, not strict, with search_path pinned');
 
 -- the counters: a view for pg_monitor, a reset for admins
 SELECT has_view('idem_stats');
@@ -94,6 +95,12 @@ SELECT function_privs_are('idem_replay', ARRAY['text', 'text', 'text'], 'idem_ta
 SELECT function_privs_are('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_purge', ARRAY[]::name[], 'idem_tap_app', ARRAY[]::text[]);
 SELECT function_privs_are('idem_stats_reset', ARRAY[]::name[], 'idem_tap_app', ARRAY[]::text[]);
+SELECT function_privs_are('idem_list', ARRAY['text', 'text', 'boolean', 'integer'], 'idem_tap_app', ARRAY[]::text[]);
+SELECT function_privs_are('idem_forget', ARRAY['text', 'text', 'text'], 'idem_tap_app', ARRAY[]::text[]);
+SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = 'idem_record'::regclass),
+		  'row-level security is enabled on idem_record');
+SELECT policies_are('idem_record', ARRAY['idem_record_tenant']);
+SELECT policy_cmd_is('idem_record', 'idem_record_tenant', 'SELECT');
 SELECT table_privs_are('idem_stats', 'idem_tap_app', ARRAY[]::text[]);
 
 SET ROLE idem_tap_app;
