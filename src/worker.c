@@ -197,6 +197,13 @@ idem_purge_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
+	/*
+	 * Deleting expired records needs no durability: every function already
+	 * treats them as absent, and a purge lost in a crash is done again.  So
+	 * a purge never waits for a WAL flush or for a synchronous standby.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
 	/* Is idem installed here?  If not, there is nothing to do. */
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
