@@ -67,9 +67,10 @@ while ($storm->pumpable)
 	$storm->pump_nb;
 	select(undef, undef, undef, 0.05);
 }
-$storm->finish;
+my $storm_ok = $storm->finish;
 
-like($out, qr/number of failed transactions: 0/, 'the storm had no failed transactions')
+ok($storm_ok && $err !~ /aborted|error/i && $out =~ /number of failed transactions: 0 /,
+	'the storm had no failed transaction and no aborted client')
   or diag($out, $err);
 note("samples: $samples, with a purge worker running: $purging");
 cmp_ok($purging, '>', 0, 'the purge ran during the storm');

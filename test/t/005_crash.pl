@@ -77,6 +77,8 @@ $node->poll_query_until('postgres', q{SELECT count(*) >= 200 FROM orders})
   or die 'the storm did not start';
 $node->stop('immediate');
 $storm->finish;
+unlike($err, qr/ERROR:(?! .*terminating connection)/, 'the storm met no error before the shutdown')
+  or diag($err);
 $node->start;
 
 my $orders = $node->safe_psql('postgres', q{SELECT count(*) FROM orders});
