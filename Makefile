@@ -4,6 +4,8 @@
 #   make install    install into the PostgreSQL that pg_config names
 #   make run        build, install and start a private throwaway server
 #   make test       every test suite, each against a temporary server
+#   make memcheck   pg_regress under Valgrind, and a million calls' memory
+#   make bench      idem against hand-written SQL and PL/pgSQL
 #
 # The version lives in idem.control only.
 
@@ -19,7 +21,7 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-.PHONY: test run stop
+.PHONY: test run stop memcheck bench
 
 test:
 	@PG_CONFIG='$(PG_CONFIG)' IDEM_CFLAGS='$(IDEM_CFLAGS)' bash test/run.sh
@@ -29,3 +31,9 @@ run:
 
 stop:
 	@PG_CONFIG='$(PG_CONFIG)' bash test/demo.sh stop
+
+memcheck:
+	@PG_CONFIG='$(PG_CONFIG)' bash test/memcheck.sh
+
+bench:
+	@PG_CONFIG='$(PG_CONFIG)' bash test/bench.sh
