@@ -59,6 +59,9 @@ require_primary(const char *function)
 	PreventCommandIfReadOnly(function);
 }
 
+static void report_not_pending(const IdemKey *key, const char *function,
+							   const char *detail_fmt, int32 value) pg_attribute_noreturn();
+
 /* The one place that raises "no matching pending claim" (55000) */
 static void
 report_not_pending(const IdemKey *key, const char *function,
@@ -349,6 +352,17 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 	keylock_acquire(key, true);
 	record_open();
 
+	if (record_finish(key, has_attempt, attempt,
+					  how == IDEM_FINISH_COMPLETE ? IDEM_SUCCEEDED : IDEM_FAILED,
+					  how == IDEM_FINISH_FAIL_RETRYABLE || how == IDEM_FINISH_RELEASE,
+					  has_status, status, body, now))
+	{
+		record_close();
+		stats_count_finish(how);
+		return true;
+	}
+
+	/* Nothing matched: find out why, to say so. */
 	if (IsolationUsesXactSnapshot())
 		have_snap = record_fetch(key, false, &snap);
 	if (!fetch_locked(key, have_snap, &snap, &rec) || rec.expires_at <= now)
@@ -358,39 +372,17 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 		report_not_pending(key, function,
 						   "Attempt %d is not the key's current attempt.",
 						   attempt);
-	if (rec.state != IDEM_PENDING)
+	if (how == IDEM_FINISH_RELEASE &&
+		rec.state == IDEM_FAILED && rec.retryable)
 	{
-		if (how == IDEM_FINISH_RELEASE &&
-			rec.state == IDEM_FAILED && rec.retryable)
-		{
-			record_close();
-			return false;
-		}
-		report_not_pending(key, function,
-						   rec.state == IDEM_SUCCEEDED ?
-						   "The record of attempt %d has succeeded." :
-						   "The record of attempt %d has failed.",
-						   rec.attempt);
+		record_close();
+		return false;
 	}
-
-	switch (how)
-	{
-		case IDEM_FINISH_COMPLETE:
-			record_finish(key, IDEM_SUCCEEDED, false, true, status, body, now);
-			break;
-		case IDEM_FINISH_FAIL:
-			record_finish(key, IDEM_FAILED, false, true, status, body, now);
-			break;
-		case IDEM_FINISH_FAIL_RETRYABLE:
-			record_finish(key, IDEM_FAILED, true, true, status, body, now);
-			break;
-		case IDEM_FINISH_RELEASE:
-			record_finish(key, IDEM_FAILED, true, false, 0, NULL, now);
-			break;
-	}
-	record_close();
-	stats_count_finish(how);
-	return true;
+	report_not_pending(key, function,
+					   rec.state == IDEM_SUCCEEDED ?
+					   "The record of attempt %d has succeeded." :
+					   "The record of attempt %d has failed.",
+					   rec.attempt);
 }
 
 /* The operator listing: a tenant's records, newest state, no decision */

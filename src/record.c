@@ -93,9 +93,12 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	},
 	[PLAN_FINISH] = {
 		"UPDATE %s SET state = $4, retryable = $5, status = $6, body = $7,"
-		" finished_at = $8" KEY_MATCH,
-		8, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
-		TIMESTAMPTZOID}
+		" finished_at = $8" KEY_MATCH
+		" AND state OPERATOR(pg_catalog.=) 'pending'"
+		" AND expires_at OPERATOR(pg_catalog.>) $8"
+		" AND ($9 IS NULL OR attempt OPERATOR(pg_catalog.=) $9)",
+		9, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
+		TIMESTAMPTZOID, INT4OID}
 	},
 	[PLAN_PURGE] = {
 		"DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
@@ -303,8 +306,10 @@ state_from_text(text *t)
 }
 
 /*
- * Read the key's record into rec; false if there is none.  With latest, the
- * newest committed version is read even under REPEATABLE READ, so that the
+ * Read the key's record into rec; false if there is none.  Without latest,
+ * the record as the calling statement's snapshot shows it (a read-only
+ * look-up: no new snapshot, no command counter increment).  With latest,
+ * the newest committed version, even under REPEATABLE READ, so that the
  * caller can compare it with what its transaction snapshot shows.
  */
 bool
@@ -324,7 +329,7 @@ record_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 								  GetLatestSnapshot(), InvalidSnapshot,
 								  false, false, 1);
 	else
-		rc = SPI_execute_plan(plans[PLAN_FETCH], values, nulls, false, 1);
+		rc = SPI_execute_plan(plans[PLAN_FETCH], values, nulls, true, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -388,15 +393,18 @@ record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now)
 }
 
 /*
- * Store how the key's pending claim ended.  Only non-indexed columns change,
- * so this is a HOT update when the page has room.
+ * Store how the key's pending claim ended, if it has one that is live and,
+ * with has_attempt, of that attempt; false if it has none.  Only
+ * non-indexed columns change, so this is a HOT update when the page has
+ * room.
  */
-void
-record_finish(const IdemKey *key, IdemState state, bool retryable,
-			  bool has_status, int32 status, bytea *body, TimestampTz now)
+bool
+record_finish(const IdemKey *key, bool has_attempt, int32 attempt,
+			  IdemState state, bool retryable, bool has_status, int32 status,
+			  bytea *body, TimestampTz now)
 {
-	Datum		values[8];
-	char		nulls[8];
+	Datum		values[9];
+	char		nulls[9];
 
 	key_datums(key, values, nulls);
 	values[3] = CStringGetTextDatum(state_names[state]);
@@ -404,13 +412,14 @@ record_finish(const IdemKey *key, IdemState state, bool retryable,
 	values[5] = Int32GetDatum(status);
 	values[6] = PointerGetDatum(body);
 	values[7] = TimestampTzGetDatum(now);
+	values[8] = Int32GetDatum(attempt);
 	nulls[3] = nulls[4] = nulls[7] = ' ';
 	nulls[5] = has_status ? ' ' : 'n';
 	nulls[6] = body != NULL ? ' ' : 'n';
+	nulls[8] = has_attempt ? ' ' : 'n';
 
 	run_plan(PLAN_FINISH, values, nulls, 0);
-	if (SPI_processed != 1)
-		elog(ERROR, "idem record to finish disappeared");
+	return SPI_processed == 1;
 }
 
 /*

@@ -58,7 +58,8 @@ private_install() {
 # Run a copy of this tree's command as the unprivileged postgres user:
 # PostgreSQL refuses to run as root.  The tree is copied to a fresh
 # directory that user owns, since the caller's checkout may sit where it
-# cannot read or write.  The copy is removed if the command succeeds.
+# cannot read or write.  The copy is removed if the command succeeds;
+# IDEM_COPY_BACK names a directory of results to copy back first.
 run_as_postgres() {
 	local script=$1
 	shift
@@ -72,7 +73,12 @@ run_as_postgres() {
 	local rc=0
 	runuser -u postgres -- env PG_CONFIG="${PG_CONFIG:-pg_config}" \
 		IDEM_CFLAGS="${IDEM_CFLAGS:-}" PATH="$PATH" \
+		$(env | grep -E '^IDEM_(BENCH|MEMCHECK|FUZZ)_' | tr '\n' ' ') \
 		bash "$stage/$script" "$@" || rc=$?
+	if [ -n "${IDEM_COPY_BACK:-}" ] && [ -d "$stage/$IDEM_COPY_BACK" ]; then
+		mkdir -p "$PWD/$IDEM_COPY_BACK"
+		cp -a "$stage/$IDEM_COPY_BACK/." "$PWD/$IDEM_COPY_BACK/"
+	fi
 	if [ $rc -eq 0 ]; then
 		rm -rf "$stage"
 	else

@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# test/bench.sh: "make bench".  Measures idem against the floor (the same
+# statements written by hand, on an identical table) and against the same
+# protocol written in PL/pgSQL, in one run on a private server, with
+# pgbench -M prepared.  Prints ratios (medians over rounds that alternate
+# idem and its baselines), writes them to tmp_check/bench/results.md, and
+# draws tmp_check/bench/bench.png with gnuplot.
+#
+# IDEM_BENCH_SECONDS (10), IDEM_BENCH_ROUNDS (3), IDEM_BENCH_CLIENTS (4)
+# and IDEM_BENCH_BIG (10000000 records) size the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. test/lib.sh
+
+PACKAGES="$PACKAGES gnuplot-nox"
+ensure_packages
+if is_root; then
+	IDEM_COPY_BACK=tmp_check/bench run_as_postgres test/bench.sh
+	exit $?
+fi
+
+SECONDS_PER_RUN=${IDEM_BENCH_SECONDS:-10}
+ROUNDS=${IDEM_BENCH_ROUNDS:-3}
+CLIENTS=${IDEM_BENCH_CLIENTS:-4}
+SMALL=100000
+BIG=${IDEM_BENCH_BIG:-10000000}
+
+pg_dirs
+ROOT=$PWD
+OUT=$ROOT/tmp_check/bench
+rm -rf "$OUT"
+mkdir -p "$OUT/scripts"
+make -s PG_CONFIG="$PG_CONFIG" >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+private_install "$ROOT/tmp_install"
+BIN=$ROOT/tmp_install$PG_BINDIR
+export PATH=$BIN:$PATH
+
+SOCK=$(mktemp -d /tmp/idem-bench.XXXXXX)
+PORT=${IDEM_BENCH_PORT:-54333}
+export PGHOST=$SOCK PGPORT=$PORT PGDATABASE=bench
+initdb -D "$OUT/data" -A trust --no-sync >/dev/null
+cat >>"$OUT/data/postgresql.conf" <<CONF
+shared_preload_libraries = 'idem'
+listen_addresses = ''
+synchronous_commit = off
+shared_buffers = '2GB'
+max_wal_size = '8GB'
+checkpoint_timeout = '30min'
+autovacuum = off
+idem.purge_interval = '1h'
+max_connections = 60
+CONF
+pg_ctl -D "$OUT/data" -l "$OUT/server.log" -w -o "-k $SOCK -p $PORT" start >/dev/null
+trap 'pg_ctl -D "$OUT/data" -m fast -w stop >/dev/null; rm -rf "$SOCK"' EXIT
+createdb bench
+psql -X -q -v ON_ERROR_STOP=1 -f test/bench/setup.sql >/dev/null
+
+q() { psql -X -Atq -v ON_ERROR_STOP=1 -c "$1"; }
+
+# a 200-byte request (fingerprinted) and a 100-byte response
+FP="'\\x$(head -c 200 /dev/zero | tr '\0' 'a' | od -An -v -tx1 | tr -d ' \n')'::bytea"
+BODY="'\\x$(head -c 100 /dev/zero | tr '\0' 'b' | od -An -v -tx1 | tr -d ' \n')'::bytea"
+
+script() { cat >"$OUT/scripts/$1.sql"; }
+script fresh_idem <<S
+\set k random(1, 9000000000000000000)
+BEGIN;
+SELECT outcome FROM idem_claim('bench', 'POST /f', 'f' || :k, $FP);
+SELECT idem_complete('bench', 'POST /f', 'f' || :k, 201, $BODY);
+COMMIT;
+S
+script fresh_hand <<S
+\set k random(1, 9000000000000000000)
+BEGIN;
+INSERT INTO hand_record (tenant, endpoint, key, state, fingerprint, attempt, created_at, claimed_at, lease_expires_at, expires_at) VALUES ('bench', 'POST /f', 'f' || :k, 'pending', sha256($FP), 1, now(), now(), now() + interval '5 min', now() + interval '24 hours') ON CONFLICT (tenant, endpoint, key) DO NOTHING;
+UPDATE hand_record SET state = 'succeeded', status = 201, body = $BODY, finished_at = now() WHERE tenant = 'bench' AND endpoint = 'POST /f' AND key = 'f' || :k AND state = 'pending';
+COMMIT;
+S
+script fresh_plpgsql <<S
+\set k random(1, 9000000000000000000)
+BEGIN;
+SELECT outcome FROM plpg_claim('bench', 'POST /f', 'f' || :k, $FP);
+SELECT plpg_complete('bench', 'POST /f', 'f' || :k, 201, $BODY);
+COMMIT;
+S
+script replay_idem <<S
+\set k random(1, :nrec)
+SELECT outcome, status, body FROM idem_claim('bench', 'POST /r', 'r' || :k, $FP);
+S
+script replay_hand <<S
+\set k random(1, :nrec)
+SELECT state, status, body FROM hand_record WHERE tenant = 'bench' AND endpoint = 'POST /r' AND key = 'r' || :k;
+S
+script replay_plpgsql <<S
+\set k random(1, :nrec)
+SELECT outcome, status, body FROM plpg_claim('bench', 'POST /r', 'r' || :k, $FP);
+S
+script contention <<S
+\set k random(1, 10)
+SELECT 'c' || :k || '-' || (extract(epoch FROM clock_timestamp()) * 10)::bigint AS key \gset
+BEGIN;
+SELECT (outcome = 'claimed')::int AS claimed FROM idem_claim('bench', 'POST /c', :key, $FP) \gset
+\if :claimed
+SELECT idem_complete('bench', 'POST /c', :key, 201, $BODY);
+\endif
+COMMIT;
+S
+
+# pgbench NAME [CLIENTS] [SECONDS]: the run's tps; a failed run ends the bench
+run() {
+	local name=$1 clients=${2:-$CLIENTS} secs=${3:-$SECONDS_PER_RUN} log
+	log="$OUT/$name.$(date +%s%N).log"
+	if ! pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" -D nrec="$NREC" \
+		-f "$OUT/scripts/$name.sql" >"$log" 2>&1 ||
+		! grep -q 'number of failed transactions: 0 ' "$log"; then
+		cat "$log" >&2
+		say "pgbench $name failed" >&2
+		exit 1
+	fi
+	sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$log"
+}
+
+# fill TABLE N: records r1..rN in TABLE, finished, for the replay runs
+fill() {
+	psql -X -q -v ON_ERROR_STOP=1 <<SQL
+INSERT INTO $1 (tenant, endpoint, key, state, fingerprint, status, body, attempt,
+	created_at, claimed_at, lease_expires_at, finished_at, expires_at)
+SELECT 'bench', 'POST /r', 'r' || i, 'succeeded', sha256($FP), 201, $BODY, 1,
+	now(), now(), now(), now(), now() + interval '24 hours'
+  FROM generate_series((SELECT count(*) + 1 FROM $1 WHERE endpoint = 'POST /r'), $2) i;
+VACUUM ANALYZE $1;
+SQL
+}
+
+median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
+
+NREC=$SMALL
+for t in idem_record hand_record plpg_record; do fill $t $SMALL; done
+
+# fresh: claim + complete, against the two writes by hand and PL/pgSQL
+say "fresh: $ROUNDS rounds of ${SECONDS_PER_RUN}s each, $CLIENTS clients"
+: >"$OUT/fresh.txt"
+for r in $(seq "$ROUNDS"); do
+	if [ $((r % 2)) -eq 1 ]; then
+		i=$(run fresh_idem); h=$(run fresh_hand); p=$(run fresh_plpgsql)
+	else
+		p=$(run fresh_plpgsql); h=$(run fresh_hand); i=$(run fresh_idem)
+	fi
+	echo "$i $h $p" | tee -a "$OUT/fresh.txt"
+done
+q "SELECT pg_stat_force_next_flush()" >/dev/null 2>&1 || true
+sleep 1
+HOT=$(q "SELECT round(100.0 * n_tup_hot_upd / nullif(n_tup_upd, 0), 2) FROM pg_stat_user_tables WHERE relname = 'idem_record'")
+
+# replay: a claim of a finished key, against a prepared SELECT by the key
+say "replay"
+: >"$OUT/replay.txt"
+WAL0=$(q "SELECT pg_current_wal_insert_lsn()")
+XID0=$(q "SELECT txid_current()")
+REPLAYS=0
+for r in $(seq "$ROUNDS"); do
+	i=$(run replay_idem); h=$(run replay_hand); p=$(run replay_plpgsql)
+	echo "$i $h $p" | tee -a "$OUT/replay.txt"
+done
+REPLAY_WAL=$(q "SELECT pg_current_wal_insert_lsn() - '$WAL0'::pg_lsn")
+REPLAY_XIDS=$(q "SELECT txid_current() - $XID0 - 1")
+
+# contention: 32 clients on 10 keys, a new generation of keys every 100 ms
+say "contention"
+q "SELECT idem_stats_reset()" >/dev/null
+CONT_TPS=$(run contention 32)
+CONT_OUT=$(q "SELECT claims_claimed || ' claimed, ' || claims_replay || ' replay, ' || claims_in_progress || ' in_progress' FROM idem_stats WHERE datname = 'bench'")
+
+# purge: a million expired records, purged by the worker while claims run
+say "purge"
+BASE_TPS=$(run fresh_idem "$CLIENTS" 5)
+psql -X -q -v ON_ERROR_STOP=1 <<SQL
+INSERT INTO idem_record (tenant, endpoint, key, state, status, body, attempt,
+	created_at, claimed_at, lease_expires_at, finished_at, expires_at)
+SELECT 'old', 'POST /o', 'o' || i, 'succeeded', 201, $BODY, 1,
+	now() - interval '2 days', now() - interval '2 days', now() - interval '2 days',
+	now() - interval '2 days', now() - interval '1 day'
+  FROM generate_series(1, 1000000) i;
+VACUUM ANALYZE idem_record;
+SQL
+q "ALTER SYSTEM SET idem.purge_interval = '100ms'" >/dev/null
+START=$(date +%s.%N)
+q "SELECT pg_reload_conf()" >/dev/null
+DURING_TPS=$(run fresh_idem "$CLIENTS" 5)
+until [ "$(q "SELECT count(*) FROM idem_record WHERE tenant = 'old'")" = 0 ]; do sleep 0.1; done
+PURGE_S=$(awk -v s="$START" -v e="$(date +%s.%N)" 'BEGIN {printf "%.2f", e - s}')
+PURGE_RATE=$(awk -v s="$PURGE_S" 'BEGIN {printf "%.0f", 1000000 / s}')
+q "ALTER SYSTEM SET idem.purge_interval = '1h'" >/dev/null
+q "SELECT pg_reload_conf()" >/dev/null
+q "VACUUM ANALYZE idem_record" >/dev/null
+
+# scale: fresh and replay at SMALL and BIG records
+say "scale: $SMALL and $BIG records"
+scale_line() {
+	local n=$1 fi fh ri rh
+	NREC=$n
+	fi=$(run fresh_idem); fh=$(run fresh_hand); ri=$(run replay_idem); rh=$(run replay_hand)
+	echo "$n $fi $fh $ri $rh" | tee -a "$OUT/scale.txt"
+}
+: >"$OUT/scale.txt"
+scale_line $SMALL
+for t in idem_record hand_record; do fill $t "$BIG"; done
+scale_line "$BIG"
+
+# size: bytes per record, and the table's size over 10 cycles of fill,
+# expire and purge (VACUUM after each purge stands for autovacuum)
+say "size: 10 cycles of 100000 records"
+createdb sizedb
+psql -X -q -d sizedb -c 'CREATE EXTENSION idem'
+: >"$OUT/size.txt"
+for c in $(seq 10); do
+	psql -X -q -d sizedb -v ON_ERROR_STOP=1 <<SQL >/dev/null
+SET idem.retry_window = '1s';
+SET idem.retention = '3s';
+DO \$\$
+BEGIN
+	FOR i IN 1..100000 LOOP
+		PERFORM idem_claim('size', 'POST /s', 'c$c-' || i, $FP);
+		PERFORM idem_complete('size', 'POST /s', 'c$c-' || i, 201, $BODY);
+		IF i % 1000 = 0 THEN
+			COMMIT;
+		END IF;
+	END LOOP;
+END
+\$\$;
+SQL
+	full=$(psql -X -Atq -d sizedb -c "SELECT pg_total_relation_size('idem_record')")
+	sleep 3
+	psql -X -q -d sizedb -c 'SELECT idem_purge()' -c 'VACUUM idem_record' >/dev/null
+	echo "$c $full" | tee -a "$OUT/size.txt"
+done
+PER_RECORD=$(awk 'NR == 1 {printf "%.0f", $2 / 100000}' "$OUT/size.txt")
+SIZE_MIN=$(awk '{print $2}' "$OUT/size.txt" | sort -n | head -1)
+SIZE_MAX=$(awk '{print $2}' "$OUT/size.txt" | sort -n | tail -1)
+SIZE_SPREAD=$(awk -v a="$SIZE_MIN" -v b="$SIZE_MAX" 'BEGIN {printf "%.1f", 100 * (b - a) / a}')
+
+# the report
+med() { awk -v c="$2" -v d="$3" '{printf "%.4f\n", $c / $d}' "$OUT/$1.txt" | median; }
+medtps() { awk -v c="$2" '{print $c}' "$OUT/$1.txt" | median; }
+S_FI=$(awk -v n=$SMALL '$1 == n {print $2}' "$OUT/scale.txt"); B_FI=$(awk -v n="$BIG" '$1 == n {print $2}' "$OUT/scale.txt")
+S_RI=$(awk -v n=$SMALL '$1 == n {print $4}' "$OUT/scale.txt"); B_RI=$(awk -v n="$BIG" '$1 == n {print $4}' "$OUT/scale.txt")
+{
+	echo "| measure | idem | baseline | ratio | target |"
+	echo "|---|---|---|---|---|"
+	echo "| fresh: claim + complete, tps | $(medtps fresh 1) | hand-written SQL $(medtps fresh 2) | $(med fresh 1 2) | ≥ 0.95 |"
+	echo "| fresh, tps | $(medtps fresh 1) | PL/pgSQL $(medtps fresh 3) | $(med fresh 1 3) | ≥ 1.2 |"
+	echo "| replay: claim of a finished key, tps | $(medtps replay 1) | prepared SELECT $(medtps replay 2) | $(med replay 1 2) | ≥ 0.9 |"
+	echo "| replay, tps | $(medtps replay 1) | PL/pgSQL $(medtps replay 3) | $(med replay 1 3) | ≥ 1.2 |"
+	echo "| WAL written by $ROUNDS replay runs, bytes | $REPLAY_WAL | | | 0 |"
+	echo "| transaction ids assigned by them | $REPLAY_XIDS | | | 0 |"
+	echo "| completes that were HOT updates | $HOT % | | | ≥ 99 % |"
+	echo "| contention: 32 clients on 10 keys, answers/s | $CONT_TPS ($CONT_OUT), no errors | | | |"
+	echo "| purge of 1M expired records by the worker, rows/s | $PURGE_RATE (${PURGE_S}s) | | | ≥ 100000 |"
+	echo "| fresh tps during the purge | $DURING_TPS | without $BASE_TPS | $(ratio "$DURING_TPS" "$BASE_TPS") | ≥ 0.90 |"
+	echo "| fresh tps at $BIG records | $B_FI | at $SMALL $S_FI | $(ratio "$B_FI" "$S_FI") | ≥ 0.80 |"
+	echo "| replay tps at $BIG records | $B_RI | at $SMALL $S_RI | $(ratio "$B_RI" "$S_RI") | ≥ 0.80 |"
+	echo "| bytes per record (table + indexes, 200 B request, 100 B response) | $PER_RECORD | | | |"
+	echo "| table size over 10 fill/expire/purge cycles | $SIZE_MIN .. $SIZE_MAX bytes | | spread $SIZE_SPREAD % | ≤ 10 % |"
+} | tee "$OUT/results.md"
+echo
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), PostgreSQL $(postgres -V | awk '{print $3}')" | tee -a "$OUT/results.md"
+echo "per-round tps (idem, hand, PL/pgSQL): fresh $(tr '\n' ';' <"$OUT/fresh.txt") replay $(tr '\n' ';' <"$OUT/replay.txt")" | tee -a "$OUT/results.md"
+
+# the chart: tps against record count
+gnuplot <<GP
+set terminal pngcairo size 800,500
+set output "$OUT/bench.png"
+set title "idem against hand-written SQL, $CLIENTS clients"
+set xlabel "records in the table"
+set ylabel "transactions per second"
+set logscale x
+set key outside
+set xtics ($SMALL, $BIG)
+plot "$OUT/scale.txt" using 1:2 with linespoints title "fresh: idem", \
+     "" using 1:3 with linespoints title "fresh: by hand", \
+     "" using 1:4 with linespoints title "replay: idem", \
+     "" using 1:5 with linespoints title "replay: prepared SELECT"
+GP
+say "wrote $OUT/results.md and $OUT/bench.png"
