@@ -47,6 +47,19 @@ SELECT outcome FROM api.idem_claim('acme', 'POST /orders', 'hot');
 SELECT txid_current_if_assigned() IS NULL AS no_xid;
 COMMIT;
 
+-- an empty table, truncated by VACUUM after a purge, is still searched
+-- through its indexes: a new backend plans its statements now, and must not
+-- keep sequential scans as the table fills
+DELETE FROM api.idem_record;
+VACUUM api.idem_record;
+SELECT relpages FROM pg_class WHERE oid = 'api.idem_record'::regclass;
+\c
+BEGIN;
+SELECT count(*) FROM generate_series(1, 50) i, api.idem_claim('acme', 'POST /plan', 'k' || i) c;
+SELECT count(*) FROM generate_series(1, 50) i, api.idem_complete('acme', 'POST /plan', 'k' || i, 200, 'x'::bytea) c;
+SELECT pg_stat_get_xact_numscans('api.idem_record'::regclass) AS sequential_scans;
+COMMIT;
+
 -- dropping and creating the extension again, elsewhere, in one session
 DROP EXTENSION idem;
 CREATE EXTENSION idem SCHEMA public;

@@ -24,8 +24,11 @@
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/plancache.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
 #include "idem.h"
@@ -173,6 +176,7 @@ prepare_plans(void)
 {
 	Oid			schema;
 	char	   *qualified;
+	int			nestlevel;
 
 	for (int i = 0; i < NUM_PLANS; i++)
 	{
@@ -191,23 +195,40 @@ prepare_plans(void)
 	qualified = quote_qualified_identifier(get_namespace_name(schema),
 										   "idem_record");
 
+	/*
+	 * Every statement finds its rows through an index, however few rows the
+	 * table has when it is planned: a plan made while the table is empty
+	 * (just created, or truncated by VACUUM after a purge) would otherwise
+	 * scan it sequentially, and keep doing so, ever slower, as it fills.  So
+	 * each statement gets one generic plan, made now with sequential scans
+	 * disabled, and made again only after the table's relcache entry is
+	 * invalidated.
+	 */
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	for (int i = 0; i < NUM_PLANS; i++)
 	{
 		StringInfoData sql;
 		SPIPlanPtr	plan;
+		CachedPlan *cplan;
 
 		initStringInfo(&sql);
 		appendStringInfo(&sql, plan_specs[i].sql, qualified);
-		plan = SPI_prepare(sql.data, plan_specs[i].nargs,
-						   (Oid *) plan_specs[i].argtypes);
+		plan = SPI_prepare_cursor(sql.data, plan_specs[i].nargs,
+								  (Oid *) plan_specs[i].argtypes,
+								  CURSOR_OPT_GENERIC_PLAN);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
 				 sql.data, SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
+		cplan = SPI_plan_get_cached_plan(plan);
+		ReleaseCachedPlan(cplan, CurrentResourceOwner);
 		plans[i] = plan;
 		pfree(sql.data);
 	}
+	AtEOXact_GUC(true, nestlevel);
 	plans_valid = true;
 }
 

@@ -18,6 +18,8 @@ ensure_packages() {
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
 			missing+=("$p")
 	done
+	# the HTTP example needs Node.js and npm, from Debian unless already here
+	command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
 	[ ${#missing[@]} -eq 0 ] && return 0
 	if is_root; then
 		say "installing ${missing[*]}"
@@ -66,7 +68,7 @@ run_as_postgres() {
 	local stage
 	stage=$(mktemp -d /tmp/idem-stage.XXXXXX)
 	tar -C "$PWD" --exclude=.git --exclude=tmp_check --exclude=tmp_install \
-		--exclude='*.o' --exclude='*.so' -cf - . | tar -C "$stage" -xf -
+		--exclude='*.o' --exclude='*.so' --exclude=node_modules -cf - . | tar -C "$stage" -xf -
 	chown -R postgres: "$stage"
 	chmod 755 "$stage"
 	say "running as user postgres in $stage"

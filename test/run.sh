@@ -9,6 +9,8 @@
 #   pg_regress   sql/*.sql against expected/*.out
 #   isolation    test/isolation/specs/*.spec against test/isolation/expected
 #   pgTAP        test/pgtap/*.sql through pg_prove
+#   HTTP         test/http/e2e.test.js, the example service (Node.js)
+#   TAP          test/t/*.pl (PostgreSQL::Test::Cluster)
 # It ends with one line "idem: N passed, N failed" and exits non-zero if
 # anything failed.
 set -uo pipefail
@@ -120,6 +122,22 @@ if pg_ctl -D "$PGDATA_TAP" -l "$OUT/pgtap_server.log" -w \
 	pg_prove -h "$SOCK" -p "$PORT" -d idem_pgtap test/pgtap/*.sql 2>&1 |
 		tee "$OUT/pgtap.log"
 	count_prove "$OUT/pgtap.log"
+
+	# the HTTP example, end to end, against the same server
+	say "HTTP end to end (test/http, Node.js)"
+	createdb -h "$SOCK" -p "$PORT" idem_http
+	if (cd test/http && npm ci --no-audit --no-fund) >"$OUT/npm.log" 2>&1; then
+		PGHOST=$SOCK PGPORT=$PORT PGDATABASE=idem_http \
+			node --test test/http/e2e.test.js 2>&1 | tee "$OUT/http.log"
+		t=$(sed -n 's/^# pass \([0-9]*\)/\1/p' "$OUT/http.log")
+		f=$(sed -n 's/^# fail \([0-9]*\)/\1/p' "$OUT/http.log")
+		passed=$((passed + ${t:-0}))
+		failed=$((failed + ${f:-1}))
+	else
+		cat "$OUT/npm.log"
+		say "npm ci failed in test/http"
+		failed=$((failed + 1))
+	fi
 	pg_ctl -D "$PGDATA_TAP" -m fast -w stop >/dev/null
 else
 	cat "$OUT/pgtap_server.log"
