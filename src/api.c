@@ -218,69 +218,56 @@ idem_claim_jsonb(PG_FUNCTION_ARGS)
 	return claim(fcinfo, true);
 }
 
+/*
+ * idem_complete (status, body, attempt) and idem_fail (status, body,
+ * retryable, attempt): the same arguments but for retryable.
+ */
 static Datum
-complete(FunctionCallInfo fcinfo, bool jsonb)
+finish(FunctionCallInfo fcinfo, bool jsonb, bool failed)
 {
 	IdemKey		key;
 	int32		status;
 	bytea	   *body;
+	bool		retryable = false;
 	int32		attempt = 0;
 	bool		has_attempt;
+	IdemFinish	how;
 
 	key_from_args(fcinfo, &key);
 	status = status_from_arg(fcinfo, 3);
 	body = body_from_arg(fcinfo, 4, jsonb);
-	has_attempt = attempt_from_arg(fcinfo, 5, &attempt);
+	if (failed)
+		retryable = bool_from_arg(fcinfo, 5, "retryable");
+	has_attempt = attempt_from_arg(fcinfo, failed ? 6 : 5, &attempt);
 
-	protocol_finish(&key, IDEM_FINISH_COMPLETE, has_attempt, attempt,
-					true, status, body);
+	how = !failed ? IDEM_FINISH_COMPLETE :
+		retryable ? IDEM_FINISH_FAIL_RETRYABLE : IDEM_FINISH_FAIL;
+	protocol_finish(&key, how, has_attempt, attempt, true, status, body);
 	PG_RETURN_VOID();
 }
 
 Datum
 idem_complete(PG_FUNCTION_ARGS)
 {
-	return complete(fcinfo, false);
+	return finish(fcinfo, false, false);
 }
 
 Datum
 idem_complete_jsonb(PG_FUNCTION_ARGS)
 {
-	return complete(fcinfo, true);
-}
-
-static Datum
-fail(FunctionCallInfo fcinfo, bool jsonb)
-{
-	IdemKey		key;
-	int32		status;
-	bytea	   *body;
-	bool		retryable;
-	int32		attempt = 0;
-	bool		has_attempt;
-
-	key_from_args(fcinfo, &key);
-	status = status_from_arg(fcinfo, 3);
-	body = body_from_arg(fcinfo, 4, jsonb);
-	retryable = bool_from_arg(fcinfo, 5, "retryable");
-	has_attempt = attempt_from_arg(fcinfo, 6, &attempt);
-
-	protocol_finish(&key,
-					retryable ? IDEM_FINISH_FAIL_RETRYABLE : IDEM_FINISH_FAIL,
-					has_attempt, attempt, true, status, body);
-	PG_RETURN_VOID();
+	return finish(fcinfo, true, false);
 }
 
 Datum
 idem_fail(PG_FUNCTION_ARGS)
 {
-	return fail(fcinfo, false);
+	return finish(fcinfo, false, true);
 }
 
 Datum
 idem_fail_jsonb(PG_FUNCTION_ARGS)
 {
-	return fail(fcinfo, true);
+	return finish(fcinfo, true, true);
 }
 
 Datum

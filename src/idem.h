@@ -134,7 +134,7 @@ extern bool record_reclaim(const IdemKey *key, const IdemRecord *rec,
 extern bool record_finish(const IdemKey *key, bool has_attempt,
 						  int32 attempt, IdemState state, bool retryable,
 						  bool has_status, int32 status, bytea *body,
-						  TimestampTz now);
+						  TimestampTz now, TimestampTz *expires_at);
 extern uint64 record_purge_batch(TimestampTz now, int batch);
 extern List *record_list(text *tenant, text *endpoint, bool with_body,
 						 int32 max_rows, TupleDesc desc);

@@ -347,6 +347,7 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 	IdemRecord	snap;
 	IdemRecord	rec;
 	bool		have_snap = false;
+	TimestampTz expires_at;
 
 	require_primary(function);
 	keylock_acquire(key, true);
@@ -355,8 +356,12 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 	if (record_finish(key, has_attempt, attempt,
 					  how == IDEM_FINISH_COMPLETE ? IDEM_SUCCEEDED : IDEM_FAILED,
 					  how == IDEM_FINISH_FAIL_RETRYABLE || how == IDEM_FINISH_RELEASE,
-					  has_status, status, body, now))
+					  has_status, status, body, now, &expires_at))
 	{
+		/* an expired record is forgotten: the error undoes the update */
+		if (expires_at <= now)
+			report_not_pending(key, function,
+							   "The key has no live record.", 0);
 		record_close();
 		stats_count_finish(how);
 		return true;

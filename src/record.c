@@ -98,8 +98,8 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		"UPDATE %s SET state = $4, retryable = $5, status = $6, body = $7,"
 		" finished_at = $8" KEY_MATCH
 		" AND state OPERATOR(pg_catalog.=) 'pending'"
-		" AND expires_at OPERATOR(pg_catalog.>) $8"
-		" AND ($9 IS NULL OR attempt OPERATOR(pg_catalog.=) $9)",
+		" AND ($9 IS NULL OR attempt OPERATOR(pg_catalog.=) $9)"
+		" RETURNING expires_at",
 		9, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
 		TIMESTAMPTZOID, INT4OID}
 	},
@@ -414,16 +414,19 @@ record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now)
 }
 
 /*
- * Store how the key's pending claim ended, if it has one that is live and,
- * with has_attempt, of that attempt; false if it has none.  Only
- * non-indexed columns change, so this is a HOT update when the page has
- * room.
+ * Store how the key's pending claim ended, if it has one of that attempt
+ * (with has_attempt); false if it has none.  *expires_at is the record's
+ * expiry: the caller must raise an error, undoing the update, if it has
+ * passed.  (The statement leaves expiry out of its condition, so that the
+ * planner can only look the key up by the unique index.)  Only non-indexed
+ * columns change, so this is a HOT update when the page has room.
  */
 bool
 record_finish(const IdemKey *key, bool has_attempt, int32 attempt,
 			  IdemState state, bool retryable, bool has_status, int32 status,
-			  bytea *body, TimestampTz now)
+			  bytea *body, TimestampTz now, TimestampTz *expires_at)
 {
+	bool		isnull;
 	Datum		values[9];
 	char		nulls[9];
 
@@ -440,7 +443,12 @@ record_finish(const IdemKey *key, bool has_attempt, int32 attempt,
 	nulls[8] = has_attempt ? ' ' : 'n';
 
 	run_plan(PLAN_FINISH, values, nulls, 0);
-	return SPI_processed == 1;
+	if (SPI_processed != 1)
+		return false;
+	*expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+													SPI_tuptable->tupdesc,
+													1, &isnull));
+	return true;
 }
 
 /*

@@ -6,7 +6,7 @@
 # idem and its baselines), writes them to tmp_check/bench/results.md, and
 # draws tmp_check/bench/bench.png with gnuplot.
 #
-# IDEM_BENCH_SECONDS (10), IDEM_BENCH_ROUNDS (3), IDEM_BENCH_CLIENTS (4)
+# IDEM_BENCH_SECONDS (8), IDEM_BENCH_ROUNDS (3), IDEM_BENCH_CLIENTS (4)
 # and IDEM_BENCH_BIG (10000000 records) size the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ if is_root; then
 	exit $?
 fi
 
-SECONDS_PER_RUN=${IDEM_BENCH_SECONDS:-10}
+SECONDS_PER_RUN=${IDEM_BENCH_SECONDS:-8}
 ROUNDS=${IDEM_BENCH_ROUNDS:-3}
 CLIENTS=${IDEM_BENCH_CLIENTS:-4}
 SMALL=100000
@@ -212,7 +212,7 @@ scale_line "$BIG"
 
 # size: bytes per record, and the table's size over 10 cycles of fill,
 # expire and purge (VACUUM after each purge stands for autovacuum)
-say "size: 10 cycles of 100000 records"
+say "size: 10 cycles of 50000 records"
 createdb sizedb
 psql -X -q -d sizedb -c 'CREATE EXTENSION idem'
 : >"$OUT/size.txt"
@@ -222,7 +222,7 @@ SET idem.retry_window = '1s';
 SET idem.retention = '3s';
 DO \$\$
 BEGIN
-	FOR i IN 1..100000 LOOP
+	FOR i IN 1..50000 LOOP
 		PERFORM idem_claim('size', 'POST /s', 'c$c-' || i, $FP);
 		PERFORM idem_complete('size', 'POST /s', 'c$c-' || i, 201, $BODY);
 		IF i % 1000 = 0 THEN
@@ -237,7 +237,7 @@ SQL
 	psql -X -q -d sizedb -c 'SELECT idem_purge()' -c 'VACUUM idem_record' >/dev/null
 	echo "$c $full" | tee -a "$OUT/size.txt"
 done
-PER_RECORD=$(awk 'NR == 1 {printf "%.0f", $2 / 100000}' "$OUT/size.txt")
+PER_RECORD=$(awk 'NR == 1 {printf "%.0f", $2 / 50000}' "$OUT/size.txt")
 SIZE_MIN=$(awk '{print $2}' "$OUT/size.txt" | sort -n | head -1)
 SIZE_MAX=$(awk '{print $2}' "$OUT/size.txt" | sort -n | tail -1)
 SIZE_SPREAD=$(awk -v a="$SIZE_MIN" -v b="$SIZE_MAX" 'BEGIN {printf "%.1f", 100 * (b - a) / a}')
