@@ -135,7 +135,7 @@ extern bool record_finish(const IdemKey *key, bool has_attempt,
 						  int32 attempt, IdemState state, bool retryable,
 						  bool has_status, int32 status, bytea *body,
 						  TimestampTz now, TimestampTz *expires_at);
-extern uint64 record_purge_batch(TimestampTz now, int batch);
+extern uint64 record_purge_batch(TimestampTz now, int batch, TimestampTz *from);
 extern List *record_list(text *tenant, text *endpoint, bool with_body,
 						 int32 max_rows, TupleDesc desc);
 extern bool record_forget(const IdemKey *key);
@@ -154,7 +154,7 @@ extern const char *outcome_name(IdemOutcome outcome);
 extern void require_primary(const char *function);
 
 /* purge.c */
-extern uint64 purge_batch(TimestampTz now);
+extern uint64 purge_batch(TimestampTz now, TimestampTz *from);
 extern uint64 purge_all(void);
 
 /* stats.c */

@@ -19,14 +19,18 @@
 
 #include "idem.h"
 
-/* Delete one batch of records expired by now; returns how many */
+/*
+ * Delete one batch of records expired by now; returns how many.  *from is
+ * where the batch starts in expiry order, DT_NOBEGIN for a purge's first
+ * batch, and is moved on for the next one.
+ */
 uint64
-purge_batch(TimestampTz now)
+purge_batch(TimestampTz now, TimestampTz *from)
 {
 	uint64		deleted;
 
 	record_open();
-	deleted = record_purge_batch(now, idem_purge_batch);
+	deleted = record_purge_batch(now, idem_purge_batch, from);
 	record_close();
 	return deleted;
 }
@@ -40,6 +44,7 @@ purge_all(void)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	TimestampTz now = GetCurrentStatementStartTimestamp();
+	TimestampTz from = DT_NOBEGIN;
 	uint64		total = 0;
 	uint64		deleted;
 
@@ -47,7 +52,7 @@ purge_all(void)
 	do
 	{
 		CHECK_FOR_INTERRUPTS();
-		deleted = purge_batch(now);
+		deleted = purge_batch(now, &from);
 		total += deleted;
 	} while (deleted == (uint64) idem_purge_batch);
 	stats_count_purge(total, start, GetCurrentTimestamp(), false);

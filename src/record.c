@@ -104,11 +104,14 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		TIMESTAMPTZOID, INT4OID}
 	},
 	[PLAN_PURGE] = {
-		"DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"WITH deleted AS (DELETE FROM %1$s"
+		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 		"SELECT ctid FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
+		" AND expires_at OPERATOR(pg_catalog.>=) $3 ORDER BY expires_at"
 		" LIMIT $2 FOR UPDATE SKIP LOCKED))"
-		" AND expires_at OPERATOR(pg_catalog.<=) $1",
-		2, {TIMESTAMPTZOID, INT4OID}
+		" AND expires_at OPERATOR(pg_catalog.<=) $1 RETURNING expires_at)"
+		" SELECT pg_catalog.count(*), pg_catalog.max(expires_at) FROM deleted",
+		3, {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID}
 	},
 	[PLAN_LIST] = {
 		"SELECT endpoint, key, state, retryable, status, attempt, created_at,"
@@ -499,16 +502,31 @@ record_forget(const IdemKey *key)
 
 /*
  * Delete up to batch records that expired by now, skipping rows another
- * transaction has locked: a purge never waits for a claim.
+ * transaction has locked: a purge never waits for a claim.  *from is where
+ * in expiry order the batch starts (DT_NOBEGIN: the beginning), and is
+ * moved to where the next batch of the same purge may start: without it,
+ * every batch would walk again over the index entries of the rows that the
+ * batches before it deleted, which stay until VACUUM.
  */
 uint64
-record_purge_batch(TimestampTz now, int batch)
+record_purge_batch(TimestampTz now, int batch, TimestampTz *from)
 {
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	bool		isnull;
+	int64		deleted;
+	Datum		last;
 
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch);
+	values[2] = TimestampTzGetDatum(*from);
 	run_plan(PLAN_PURGE, values, nulls, 0);
-	return SPI_processed;
+
+	deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										  SPI_tuptable->tupdesc, 1, &isnull));
+	last = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+						 &isnull);
+	if (!isnull)
+		*from = DatumGetTimestampTz(last);
+	return (uint64) deleted;
 }

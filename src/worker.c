@@ -189,6 +189,7 @@ idem_purge_main(Datum main_arg)
 	Oid			dboid = DatumGetObjectId(main_arg);
 	TimestampTz start;
 	TimestampTz deadline;
+	TimestampTz from = DT_NOBEGIN;
 	uint64		total = 0;
 	uint64		deleted;
 	bool		installed;
@@ -229,7 +230,7 @@ idem_purge_main(Datum main_arg)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, "purging expired records");
 
-		deleted = purge_batch(GetCurrentStatementStartTimestamp());
+		deleted = purge_batch(GetCurrentStatementStartTimestamp(), &from);
 
 		PopActiveSnapshot();
 		CommitTransactionCommand();
