@@ -142,6 +142,14 @@ static Oid	record_relid = InvalidOid;
 /* The caller's memory context during an open bracket */
 static MemoryContext caller_context = NULL;
 
+/* Column c of the first row that the last statement returned */
+static Datum
+first_row_column(int c, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c,
+						 isnull);
+}
+
 static void
 record_invalidate(Datum arg, Oid relid)
 {
@@ -169,8 +177,7 @@ extension_schema(void)
 			 SPI_result_code_string(rc));
 	if (SPI_processed == 0)
 		return InvalidOid;
-	return DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-										  SPI_tuptable->tupdesc, 1, &isnull));
+	return DatumGetObjectId(first_row_column(1, &isnull));
 }
 
 /* Prepare every statement against the extension's idem_record. */
@@ -341,8 +348,6 @@ record_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 {
 	Datum		values[3];
 	char		nulls[3];
-	HeapTuple	tuple;
-	TupleDesc	desc;
 	bool		isnull;
 	Datum		d;
 	int			rc;
@@ -359,23 +364,21 @@ record_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 	if (SPI_processed == 0)
 		return false;
 
-	tuple = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
+	rec->state = state_from_text(DatumGetTextPP(first_row_column(COL_STATE,
+																  &isnull)));
+	rec->retryable = DatumGetBool(first_row_column(COL_RETRYABLE, &isnull));
 
-	rec->state = state_from_text(DatumGetTextPP(SPI_getbinval(tuple, desc, COL_STATE, &isnull)));
-	rec->retryable = DatumGetBool(SPI_getbinval(tuple, desc, COL_RETRYABLE, &isnull));
-
-	d = SPI_getbinval(tuple, desc, COL_FINGERPRINT, &isnull);
+	d = first_row_column(COL_FINGERPRINT, &isnull);
 	rec->fingerprint.present = !isnull;
 	if (!isnull)
 		memcpy(rec->fingerprint.digest, VARDATA_ANY(DatumGetByteaPP(d)),
 			   IDEM_FINGERPRINT_LEN);
 
-	d = SPI_getbinval(tuple, desc, COL_STATUS, &isnull);
+	d = first_row_column(COL_STATUS, &isnull);
 	rec->has_status = !isnull;
 	rec->status = isnull ? 0 : DatumGetInt32(d);
 
-	d = SPI_getbinval(tuple, desc, COL_BODY, &isnull);
+	d = first_row_column(COL_BODY, &isnull);
 	if (isnull)
 		rec->body = NULL;
 	else
@@ -386,10 +389,13 @@ record_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 		MemoryContextSwitchTo(old);
 	}
 
-	rec->attempt = DatumGetInt32(SPI_getbinval(tuple, desc, COL_ATTEMPT, &isnull));
-	rec->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, COL_CREATED_AT, &isnull));
-	rec->lease_expires_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, COL_LEASE_EXPIRES_AT, &isnull));
-	rec->expires_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, COL_EXPIRES_AT, &isnull));
+	rec->attempt = DatumGetInt32(first_row_column(COL_ATTEMPT, &isnull));
+	rec->created_at =
+		DatumGetTimestampTz(first_row_column(COL_CREATED_AT, &isnull));
+	rec->lease_expires_at =
+		DatumGetTimestampTz(first_row_column(COL_LEASE_EXPIRES_AT, &isnull));
+	rec->expires_at =
+		DatumGetTimestampTz(first_row_column(COL_EXPIRES_AT, &isnull));
 	return true;
 }
 
@@ -448,9 +454,7 @@ record_finish(const IdemKey *key, bool has_attempt, int32 attempt,
 	run_plan(PLAN_FINISH, values, nulls, 0);
 	if (SPI_processed != 1)
 		return false;
-	*expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
-													SPI_tuptable->tupdesc,
-													1, &isnull));
+	*expires_at = DatumGetTimestampTz(first_row_column(1, &isnull));
 	return true;
 }
 
@@ -522,10 +526,8 @@ record_purge_batch(TimestampTz now, int batch, TimestampTz *from)
 	values[2] = TimestampTzGetDatum(*from);
 	run_plan(PLAN_PURGE, values, nulls, 0);
 
-	deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										  SPI_tuptable->tupdesc, 1, &isnull));
-	last = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
-						 &isnull);
+	deleted = DatumGetInt64(first_row_column(1, &isnull));
+	last = first_row_column(2, &isnull);
 	if (!isnull)
 		*from = DatumGetTimestampTz(last);
 	return (uint64) deleted;
