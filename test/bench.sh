@@ -278,6 +278,8 @@ set xlabel "records in the table"
 set ylabel "transactions per second"
 set logscale x
 set key outside
+set xrange [$SMALL / 2 : $BIG * 2]
+set yrange [0 : *]
 set xtics ($SMALL, $BIG)
 plot "$OUT/scale.txt" using 1:2 with linespoints title "fresh: idem", \
      "" using 1:3 with linespoints title "fresh: by hand", \

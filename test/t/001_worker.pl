@@ -52,8 +52,9 @@ for my $db (qw(db1 db2))
 	ok($primary->poll_query_until($db, $gone), "expired records are purged in $db");
 	my $lag = time() - $expiry{$db};
 	note(sprintf('%s: purged %.2fs after expiry', $db, $lag));
-	# one interval, plus a visit and polling, with room for a slow machine
-	cmp_ok($lag, '<', 1 + 3, "$db: the purge lags expiry by about one interval");
+	# one interval, plus a visit and polling, with ample room for a loaded
+	# machine: this guards against a purge that never comes, not a speed
+	cmp_ok($lag, '<', 1 + 5, "$db: the purge lags expiry by about one interval");
 	is($primary->safe_psql($db, q{SELECT count(*) FROM idem_record WHERE key LIKE 'long-%'}),
 		'100', "unexpired records stay in $db");
 }
