@@ -57,8 +57,7 @@ SELECT relpages FROM pg_class WHERE oid = 'api.idem_record'::regclass;
 BEGIN;
 SELECT count(*) FROM generate_series(1, 50) i, api.idem_claim('acme', 'POST /plan', 'k' || i) c;
 SELECT count(*) FROM generate_series(1, 50) i, api.idem_complete('acme', 'POST /plan', 'k' || i, 200, 'x'::bytea) c;
-SELECT pg_stat_get_xact_numscans('api.idem_record'::regclass) AS sequential_scans,
-       pg_stat_get_xact_tuples_fetched('api.idem_record'::regclass) < 200 AS one_row_per_lookup;
+SELECT pg_stat_get_xact_numscans('api.idem_record'::regclass) AS sequential_scans;
 COMMIT;
 
 -- dropping and creating the extension again, elsewhere, in one session

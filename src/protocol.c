@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * protocol.c
- *	  Claim, finish, replay and purge as decisions over a record's state.
+ *	  Claim, finish and replay as decisions over a record's state, and the
+ *	  operator's listing and forgetting of records.
  *
  * The protocol holds no SQL: it reads a record through record.c, decides
  * over its state, and asks record.c to write the outcome.  What makes two
@@ -380,7 +381,9 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 	if (how == IDEM_FINISH_RELEASE &&
 		rec.state == IDEM_FAILED && rec.retryable)
 	{
+		/* nothing written: claims need not wait for this transaction */
 		record_close();
+		keylock_release(key);
 		return false;
 	}
 	report_not_pending(key, function,
@@ -419,5 +422,7 @@ protocol_forget(const IdemKey *key)
 	record_open();
 	forgotten = record_forget(key);
 	record_close();
+	if (!forgotten)
+		keylock_release(key);
 	return forgotten;
 }
