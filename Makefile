@@ -17,6 +17,20 @@ OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 
 DATA = $(wildcard idem--*.sql)
 
+# The suites, as PGXS runs them: "make installcheck" runs pg_regress, the
+# isolation specs and the TAP scripts against the installed server (which
+# must have idem in shared_preload_libraries).  "make test" runs them too,
+# each against a temporary server of its own, with pgTAP and the HTTP
+# example besides.
+REGRESS = $(sort $(patsubst sql/%.sql,%,$(wildcard sql/*.sql)))
+REGRESS_OPTS = --inputdir=. --temp-config=test/idem.conf
+ISOLATION = $(sort $(patsubst test/isolation/specs/%.spec,%,\
+	$(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=idem \
+	--temp-config=test/idem.conf
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

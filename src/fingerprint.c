@@ -13,9 +13,7 @@
  */
 #include "postgres.h"
 
-#if PG_VERSION_NUM >= 140000
 #include "common/cryptohash.h"
-#endif
 #include "common/sha2.h"
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
@@ -28,27 +26,15 @@ StaticAssertDecl(IDEM_FINGERPRINT_LEN == PG_SHA256_DIGEST_LENGTH,
 void
 fingerprint_bytes(const char *data, size_t len, IdemFingerprint *fp)
 {
-#if PG_VERSION_NUM >= 140000
 	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
 
 	if (pg_cryptohash_init(ctx) < 0 ||
 		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
-#if PG_VERSION_NUM >= 150000
 		pg_cryptohash_final(ctx, fp->digest, sizeof(fp->digest)) < 0)
-#else
-		pg_cryptohash_final(ctx, fp->digest) < 0)
-#endif
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not compute the SHA-256 digest of a request fingerprint")));
 	pg_cryptohash_free(ctx);
-#else
-	pg_sha256_ctx ctx;
-
-	pg_sha256_init(&ctx);
-	pg_sha256_update(&ctx, (const uint8 *) data, len);
-	pg_sha256_final(&ctx, fp->digest);
-#endif
 	fp->present = true;
 }
 

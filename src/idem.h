@@ -20,6 +20,8 @@
 #include "nodes/pg_list.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
+
 /* SHA-256 digest length: the size of a stored request fingerprint */
 #define IDEM_FINGERPRINT_LEN	32
 

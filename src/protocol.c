@@ -60,8 +60,10 @@ require_primary(const char *function)
 	PreventCommandIfReadOnly(function);
 }
 
-static void report_not_pending(const IdemKey *key, const char *function,
-							   const char *detail_fmt, int32 value) pg_attribute_noreturn();
+pg_noreturn static void report_not_pending(const IdemKey *key,
+											const char *function,
+											const char *detail_fmt,
+											int32 value);
 
 /* The one place that raises "no matching pending claim" (55000) */
 static void

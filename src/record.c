@@ -234,11 +234,7 @@ prepare_plans(void)
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
 		cplan = SPI_plan_get_cached_plan(plan);
-#if PG_VERSION_NUM >= 140000
 		ReleaseCachedPlan(cplan, CurrentResourceOwner);
-#else
-		ReleaseCachedPlan(cplan, true);
-#endif
 		plans[i] = plan;
 		pfree(sql.data);
 	}

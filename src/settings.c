@@ -165,11 +165,7 @@ settings_init(void)
 
 	settings_defined = true;
 
-#if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("idem");
-#else
-	EmitWarningsOnPlaceholders("idem");
-#endif
 }
 
 /*

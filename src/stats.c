@@ -67,27 +67,17 @@ static IdemStatsShared *shared = NULL;
 static IdemDbStats *my_slot = NULL;
 static bool my_slot_looked_up = false;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-static void
-stats_request(void)
-{
-	RequestAddinShmemSpace(sizeof(IdemStatsShared));
-	RequestNamedLWLockTranche("idem", 1);
-}
-
-#if PG_VERSION_NUM >= 150000
 static void
 stats_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	stats_request();
+	RequestAddinShmemSpace(sizeof(IdemStatsShared));
+	RequestNamedLWLockTranche("idem", 1);
 }
-#endif
 
 static void
 stats_shmem_startup(void)
@@ -117,12 +107,8 @@ stats_shmem_startup(void)
 void
 stats_init(void)
 {
-#if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = stats_shmem_request;
-#else
-	stats_request();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = stats_shmem_startup;
 }

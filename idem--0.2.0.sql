@@ -1,0 +1,268 @@
+/* idem--0.2.0.sql: the record table and the SQL-callable API of idem */
+
+\echo Use "CREATE EXTENSION idem" to load this file. \quit
+
+/*
+ * One row per (tenant, endpoint, key).  The key columns use the "C"
+ * collation: equality is then plain byte comparison, which is both what an
+ * idempotency key means and immune to collation-library upgrades.  The
+ * fillfactor leaves room on each page so that finishing a claim, which
+ * changes no indexed column, is a HOT update.
+ */
+CREATE TABLE idem_record (
+	tenant				text COLLATE "C" NOT NULL,
+	endpoint			text COLLATE "C" NOT NULL,
+	key					text COLLATE "C" NOT NULL,
+	state				text NOT NULL
+		CHECK (state IN ('pending', 'succeeded', 'failed')),
+	retryable			boolean NOT NULL DEFAULT false,
+	fingerprint			bytea CHECK (octet_length(fingerprint) = 32),
+	status				integer CHECK (status BETWEEN 100 AND 599),
+	body				bytea,
+	attempt				integer NOT NULL CHECK (attempt >= 1),
+	created_at			timestamptz NOT NULL,
+	claimed_at			timestamptz NOT NULL,
+	lease_expires_at	timestamptz NOT NULL,
+	finished_at			timestamptz,
+	expires_at			timestamptz NOT NULL
+) WITH (fillfactor = 70);
+
+CREATE UNIQUE INDEX idem_record_key ON idem_record (tenant, endpoint, key);
+CREATE INDEX idem_record_expires ON idem_record (expires_at);
+
+COMMENT ON TABLE idem_record IS
+	'idempotency records: one per tenant, endpoint and key';
+COMMENT ON COLUMN idem_record.state IS
+	'pending (claimed, not finished), succeeded or failed';
+COMMENT ON COLUMN idem_record.retryable IS
+	'for a failed record: true when the next claim may execute again (a system error or a release)';
+COMMENT ON COLUMN idem_record.fingerprint IS
+	'SHA-256 of the request fingerprint given to the first claim';
+COMMENT ON COLUMN idem_record.attempt IS
+	'1 for the first claim, one more for each re-claim; the fencing token';
+COMMENT ON COLUMN idem_record.lease_expires_at IS
+	'when a committed pending claim stops being in_progress and becomes unknown';
+
+/* pg_dump keeps the records: they are data, not configuration we recreate */
+SELECT pg_catalog.pg_extension_config_dump('idem_record', '');
+
+REVOKE ALL ON idem_record FROM PUBLIC;
+
+/*
+ * Row-level security bound to idem.tenant: a role bound to a tenant that a
+ * DBA grants SELECT on the table still sees only that tenant's rows, and,
+ * with no policy for writes, can change none even if granted.  The API
+ * functions run as the owner, whom row-level security does not restrict;
+ * they check the binding themselves.
+ */
+ALTER TABLE idem_record ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idem_record_tenant ON idem_record FOR SELECT
+	USING (coalesce(pg_catalog.current_setting('idem.tenant', true), '')
+		   OPERATOR(pg_catalog.=) ''
+		   OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('idem.tenant', true));
+
+/*
+ * The API.  Every function runs as the extension owner, who alone may touch
+ * idem_record, with a pinned search_path; the C code also schema-qualifies
+ * every object and operator it uses.
+ */
+CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
+						   fingerprint bytea DEFAULT NULL,
+						   wait boolean DEFAULT false,
+						   lease interval DEFAULT NULL,
+						   OUT outcome text, OUT status integer,
+						   OUT body bytea, OUT attempt integer,
+						   OUT created_at timestamptz,
+						   OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_claim'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
+						   fingerprint text,
+						   wait boolean DEFAULT false,
+						   lease interval DEFAULT NULL,
+						   OUT outcome text, OUT status integer,
+						   OUT body bytea, OUT attempt integer,
+						   OUT created_at timestamptz,
+						   OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_claim'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
+						   fingerprint jsonb,
+						   wait boolean DEFAULT false,
+						   lease interval DEFAULT NULL,
+						   OUT outcome text, OUT status integer,
+						   OUT body bytea, OUT attempt integer,
+						   OUT created_at timestamptz,
+						   OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_claim_jsonb'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body bytea,
+							  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body text,
+							  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body jsonb,
+							  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete_jsonb'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body bytea,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body text,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body jsonb,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail_jsonb'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
+							OUT outcome text, OUT status integer,
+							OUT body bytea, OUT attempt integer,
+							OUT created_at timestamptz,
+							OUT expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_replay'
+LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_release(tenant text, endpoint text, key text,
+							 attempt integer DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_release'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_purge()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_purge'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_purge() FROM PUBLIC;
+
+/* Operator tools: not for PUBLIC; both honour idem.tenant */
+CREATE FUNCTION idem_list(tenant text, endpoint text DEFAULT NULL,
+						  with_body boolean DEFAULT false,
+						  max_rows integer DEFAULT 100)
+RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
+			   status integer, attempt integer, created_at timestamptz,
+			   claimed_at timestamptz, lease_expires_at timestamptz,
+			   finished_at timestamptz, expires_at timestamptz, body bytea)
+AS 'MODULE_PATHNAME', 'idem_list'
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_forget(tenant text, endpoint text, key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_forget'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_list(text, text, boolean, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_forget(text, text, text) FROM PUBLIC;
+
+/*
+ * Counters of what idem did, per database, kept in shared memory since the
+ * server started or idem_stats_reset() was called.  They need idem in
+ * shared_preload_libraries; without it, reading them is an error that says
+ * so.  Readable by pg_monitor.
+ */
+CREATE FUNCTION idem_stats_read(OUT datid oid,
+								OUT claims_claimed bigint,
+								OUT claims_replay bigint,
+								OUT claims_in_progress bigint,
+								OUT claims_mismatch bigint,
+								OUT claims_unknown bigint,
+								OUT completes bigint,
+								OUT fails bigint,
+								OUT fails_retryable bigint,
+								OUT releases bigint,
+								OUT purged bigint,
+								OUT last_purge timestamptz,
+								OUT last_purge_ms double precision,
+								OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats_read'
+LANGUAGE C VOLATILE;
+
+CREATE VIEW idem_stats AS
+	SELECT s.datid, d.datname,
+		   s.claims_claimed, s.claims_replay, s.claims_in_progress,
+		   s.claims_mismatch, s.claims_unknown,
+		   s.completes, s.fails, s.fails_retryable, s.releases,
+		   s.purged, s.last_purge, s.last_purge_ms, s.stats_reset
+	  FROM idem_stats_read() s
+	  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.datid;
+
+CREATE FUNCTION idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION idem_stats_read() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_stats_reset() FROM PUBLIC;
+REVOKE ALL ON idem_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idem_stats_read() TO pg_monitor;
+GRANT SELECT ON idem_stats TO pg_monitor;
+
+COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval) IS
+	'claim a key before executing a request: claimed, replay, in_progress, mismatch or unknown';
+COMMENT ON FUNCTION idem_complete(text, text, text, integer, bytea, integer) IS
+	'finish a pending claim with the response to replay';
+COMMENT ON FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer) IS
+	'finish a pending claim as failed: replayed, or re-executable when retryable';
+COMMENT ON FUNCTION idem_replay(text, text, text) IS
+	'read-only look-up of what a claim would answer, without claiming';
+COMMENT ON FUNCTION idem_release(text, text, text, integer) IS
+	'drop a pending claim so that the next claim executes again';
+COMMENT ON FUNCTION idem_purge() IS
+	'delete expired records now; returns how many';
+COMMENT ON FUNCTION idem_list(text, text, boolean, integer) IS
+	'operator listing of one tenant''s records, bodies only if asked';
+COMMENT ON FUNCTION idem_forget(text, text, text) IS
+	'operator tool: delete one key''s record whatever its state';
+COMMENT ON VIEW idem_stats IS
+	'what idem did per database since the server started or idem_stats_reset()';
+COMMENT ON FUNCTION idem_stats_reset() IS
+	'zero the idem_stats counters of every database';
