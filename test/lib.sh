@@ -1,7 +1,13 @@
 # test/lib.sh: shell helpers shared by test/run.sh (make test) and
 # test/demo.sh (make run).  Sourced, never run.
 
-PG_MAJOR=${PG_MAJOR:-15}
+# The major to build and test for: the one PG_CONFIG names, else Debian
+# bookworm's 15 (what ensure_packages installs on a fresh machine).
+if [ -z "${PG_MAJOR:-}" ]; then
+	PG_MAJOR=$(${PG_CONFIG:-pg_config} --version 2>/dev/null |
+		sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
+	PG_MAJOR=${PG_MAJOR:-15}
+fi
 PACKAGES="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
 postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl
 libipc-run-perl"
@@ -72,10 +78,14 @@ run_as_postgres() {
 	chown -R postgres: "$stage"
 	chmod 755 "$stage"
 	say "running as user postgres in $stage"
-	local rc=0
+	local rc=0 pass=() v
+	for v in $(compgen -e); do
+		case $v in IDEM_BENCH_* | IDEM_MEMCHECK_* | IDEM_FUZZ_* | IDEM_TEST_*)
+			pass+=("$v=${!v}") ;;
+		esac
+	done
 	runuser -u postgres -- env PG_CONFIG="${PG_CONFIG:-pg_config}" \
-		IDEM_CFLAGS="${IDEM_CFLAGS:-}" PATH="$PATH" \
-		$(env | grep -E '^IDEM_(BENCH|MEMCHECK|FUZZ)_' | tr '\n' ' ') \
+		IDEM_CFLAGS="${IDEM_CFLAGS:-}" PATH="$PATH" "${pass[@]}" \
 		bash "$stage/$script" "$@" || rc=$?
 	if [ -n "${IDEM_COPY_BACK:-}" ] && [ -d "$stage/$IDEM_COPY_BACK" ]; then
 		mkdir -p "$PWD/$IDEM_COPY_BACK"
