@@ -8,9 +8,11 @@ CREATE EXTENSION idem SCHEMA api;
 SELECT e.extname, n.nspname, e.extversion, e.extrelocatable
   FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
  WHERE e.extname = 'idem';
+-- (types left out: 17 and later also list a table's row and array types)
 SELECT pg_describe_object(classid, objid, objsubid) AS member
   FROM pg_depend
  WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+   AND classid <> 'pg_type'::regclass
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem')
  ORDER BY 1;
 
