@@ -4,6 +4,8 @@
 #   make install    install into the PostgreSQL that pg_config names
 #   make run        build, install and start a private throwaway server
 #   make test       every test suite, each against a temporary server
+#   make test-matrix  make test against other majors, in Debian chroots
+#                   (PG_MAJORS="17 18 19"; as root)
 #   make memcheck   pg_regress under Valgrind, and a million calls' memory
 #   make bench      idem against hand-written SQL and PL/pgSQL
 #
@@ -35,10 +37,13 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-.PHONY: test run stop memcheck bench
+.PHONY: test test-matrix run stop memcheck bench
 
 test:
 	@PG_CONFIG='$(PG_CONFIG)' IDEM_CFLAGS='$(IDEM_CFLAGS)' bash test/run.sh
+
+test-matrix:
+	@PG_MAJORS='$(PG_MAJORS)' bash test/matrix.sh
 
 run:
 	@PG_CONFIG='$(PG_CONFIG)' bash test/demo.sh start
