@@ -18,10 +18,6 @@ SHOW idem.lease;
 RESET idem.retention;
 RESET idem.lease;
 
--- out of range
-SET idem.retention = 0;
-SET idem.max_body_size = '2GB';
-
 -- the idem prefix is reserved: a misspelt setting is an error
 SET idem.retension = '48h';
 
