@@ -16,8 +16,8 @@
 # The chroots live under $IDEM_MATRIX_DIR (/var/tmp/idem-matrix) and are
 # kept: the first run of a suite debootstraps it and installs the packages
 # (about 1.5 minutes each here), later runs reuse it.  Each chroot takes
-# about 2 GB.  Where Debian has no pgTAP package for a major, pgTAP is built
-# from Debian's source package of it.  The tree is copied in as git sees it
+# about 2 GB.  Where Debian has no pgTAP package for a major (19), pgTAP's
+# SQL files come from the previous major's package.  The tree is copied in as git sees it
 # (tracked files and untracked ones that are not ignored), so uncommitted
 # changes are tested.  It ends with one line per major:
 #
@@ -105,8 +105,6 @@ prepare() {
 		chmod 755 "$dir/usr/sbin/policy-rc.d"
 		mkdir -p "$dir/etc/postgresql-common"
 		echo 'create_main_cluster = false' >"$dir/etc/postgresql-common/createcluster.conf"
-		# deb-src too, for packages that must be built (pgTAP for 19)
-		sed -n 's/^deb /deb-src /p' "$dir/etc/apt/sources.list" >>"$dir/etc/apt/sources.list"
 		touch "$dir/.idem-base"
 	fi
 	# the host's own trusted CAs (a TLS proxy in front of the npm registry)
@@ -123,8 +121,7 @@ prepare() {
 	if [ "$major" = 19 ]; then
 		from=(-t experimental)
 		if [ ! -e "$dir/etc/apt/sources.list.d/experimental.list" ]; then
-			printf 'deb %s experimental main\ndeb-src %s experimental main\n' \
-				"$MIRROR" "$MIRROR" >"$dir/etc/apt/sources.list.d/experimental.list"
+			printf 'deb %s experimental main\n' "$MIRROR" >"$dir/etc/apt/sources.list.d/experimental.list"
 		fi
 	fi
 	if [ ! -e "$dir/.idem-pg$major" ]; then
@@ -135,13 +132,12 @@ prepare() {
 		inside "$dir" $APT "${from[@]}" install \
 			"postgresql-$major" "postgresql-server-dev-$major" || return 1
 		if ! inside "$dir" $APT "${from[@]}" install "postgresql-$major-pgtap"; then
-			say "pg$major: Debian has no postgresql-$major-pgtap; building pgTAP from Debian's source"
-			inside "$dir" sh -c "set -e; $APT install dpkg-dev patch perl
-				rm -rf /build/pgtap && mkdir -p /build/pgtap && cd /build/pgtap
-				apt-get -q -o Acquire::Check-Valid-Until=false source pgtap
-				cd pgtap-*/
-				make PG_CONFIG=/usr/lib/postgresql/$major/bin/pg_config
-				make install PG_CONFIG=/usr/lib/postgresql/$major/bin/pg_config
+			# pgTAP is SQL only: the previous major's package files serve
+			say "pg$major: Debian has no postgresql-$major-pgtap; using postgresql-$((major - 1))-pgtap's files"
+			inside "$dir" sh -c "set -e; rm -rf /build/pgtap && mkdir -p /build/pgtap && cd /build/pgtap
+				apt-get -q -o Acquire::Check-Valid-Until=false download postgresql-$((major - 1))-pgtap
+				dpkg-deb -x postgresql-*-pgtap_*.deb x
+				cp x/usr/share/postgresql/$((major - 1))/extension/pgtap* /usr/share/postgresql/$major/extension/
 				cd / && rm -rf /build/pgtap" || return 1
 		fi
 		inside "$dir" apt-get clean
