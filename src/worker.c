@@ -160,6 +160,7 @@ idem_launcher_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			settings_check_retention_rule(WARNING);
 		}
 
 		pgstat_report_activity(STATE_RUNNING, "visiting databases");
