@@ -21,9 +21,10 @@ $$;
 SELECT lease_expires_at - created_at AS lease, claimed_at = created_at AS same
   FROM idem_record WHERE key = 'late';
 
--- a consumer written as a procedure that commits after every message: a
--- redelivery of the second message, 2.5 s after its claim and 5 s after the
--- CALL began, replays it
+-- a consumer written as a procedure that commits after every message: each
+-- claim counts from its own moment, so a redelivery of the last message
+-- right after the CALL (2.5 s after its claim, 5 s after the CALL began)
+-- replays it, in the procedure and out of it
 CREATE PROCEDURE consume(messages int)
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -39,6 +40,8 @@ BEGIN
 END
 $$;
 CALL consume(2);
+SELECT outcome, convert_from(body, 'UTF8') AS body
+  FROM idem_claim('t', 'queue', 'msg-2');
 SELECT max(created_at) - min(created_at) >= interval '2.5 s' AS claimed_apart
   FROM idem_record WHERE endpoint = 'queue';
 
