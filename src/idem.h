@@ -123,6 +123,7 @@ extern bytea *jsonb_body(Datum jsonb);
 
 /* keylock.c */
 extern bool keylock_acquire(const IdemKey *key, bool wait);
+extern bool keylock_held_by_other(const IdemKey *key);
 extern void keylock_release(const IdemKey *key);
 
 /* record.c */

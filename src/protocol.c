@@ -185,7 +185,10 @@ claim_expiry(TimestampTz now, Interval *retention,
 		expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 															 TimestampTzGetDatum(now),
 															 PointerGetDatum(retention)));
-		if (expires_at - now <= (TimestampTz) idem_retry_window * USECS_PER_SEC)
+		/* an infinite interval (PostgreSQL 17+) gives an infinite expiry */
+		if (TIMESTAMP_IS_NOBEGIN(expires_at) ||
+			(!TIMESTAMP_IS_NOEND(expires_at) &&
+			 expires_at - now <= (TimestampTz) idem_retry_window * USECS_PER_SEC))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("retention %s must be longer than idem.retry_window (%ds)",
@@ -359,9 +362,9 @@ protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
  * when a claim would execute (no live record, or one that failed retryably
  * or was released).  A key whose lock another transaction holds is
  * in_progress, as for a claim: that transaction may be inserting a claim
- * that no snapshot shows yet.  The lock is only tried, and given back at
- * once.  On a standby (idem.standby_replay) no transaction of the primary
- * can be seen holding it, so there the answer rests on the records alone.
+ * that no snapshot shows yet.  The lock is looked at, never taken.  On a
+ * standby (idem.standby_replay) no transaction of the primary can be seen
+ * holding it, so there the answer rests on the records alone.
  */
 bool
 protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
@@ -388,14 +391,10 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 		answer_with(answer, settled_outcome(&rec, fp, now), &rec);
 		return true;
 	}
-	if (!recovery)
+	if (!recovery && keylock_held_by_other(key))
 	{
-		if (!keylock_acquire(key, false))
-		{
-			answer_busy(fp, found, &rec, now, answer);
-			return true;
-		}
-		keylock_release(key);
+		answer_busy(fp, found, &rec, now, answer);
+		return true;
 	}
 	if (!found || record_expired(&rec, now) ||
 		(rec.state == IDEM_FAILED && rec.retryable &&
