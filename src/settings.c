@@ -31,8 +31,12 @@
 
 #include "idem.h"
 
-int			idem_retention = 24 * 60 * 60;
-int			idem_retry_window = 60 * 60;
+/* The defaults of the retention rule's settings, in seconds */
+#define RETENTION_DEFAULT		(24 * 60 * 60)
+#define RETRY_WINDOW_DEFAULT	(60 * 60)
+
+int			idem_retention = RETENTION_DEFAULT;
+int			idem_retry_window = RETRY_WINDOW_DEFAULT;
 int			idem_lease = 5 * 60 * 1000;
 int			idem_purge_interval = 60 * 1000;
 int			idem_purge_batch = 10000;
@@ -66,7 +70,7 @@ settings_init(void)
 							"How long a record is remembered after its claim.",
 							"Must be longer than idem.retry_window.",
 							&idem_retention,
-							24 * 60 * 60, 1, INT_MAX,
+							RETENTION_DEFAULT, 1, INT_MAX,
 							PGC_USERSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
@@ -75,7 +79,7 @@ settings_init(void)
 							"The longest span over which callers retry a request.",
 							"Must be shorter than idem.retention.",
 							&idem_retry_window,
-							60 * 60, 1, INT_MAX,
+							RETRY_WINDOW_DEFAULT, 1, INT_MAX,
 							PGC_USERSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
@@ -232,7 +236,14 @@ check_alter_system(AlterSystemStmt *stmt)
 	if (!all)
 		read_rule_pair(PG_AUTOCONF_FILENAME, &autoconf);
 	if (set->kind == VAR_SET_VALUE)
+	{
+		int			seconds;
+
 		value = ExtractSetVariableArgs(set);
+		/* an invalid value is core's to report, with its own message */
+		if (value == NULL || !parse_int(value, &seconds, GUC_UNIT_S, NULL))
+			return;
+	}
 
 	/* RESET and SET DEFAULT drop the line from postgresql.auto.conf */
 	if (is_retention)
@@ -241,9 +252,9 @@ check_alter_system(AlterSystemStmt *stmt)
 		autoconf.retry_window = value;
 
 	retention = rule_seconds(autoconf.retention ? autoconf.retention :
-							 conf.retention, 24 * 60 * 60);
+							 conf.retention, RETENTION_DEFAULT);
 	retry_window = rule_seconds(autoconf.retry_window ? autoconf.retry_window :
-								conf.retry_window, 60 * 60);
+								conf.retry_window, RETRY_WINDOW_DEFAULT);
 	if (retention > retry_window)
 		return;
 	ereport(ERROR,
