@@ -24,6 +24,11 @@ my ($ret, $stdout, $stderr) = $node->psql('postgres',
 like($stderr, qr/idem\.retention \(1800s\) must be longer than idem\.retry_window \(3600s\)/,
 	'ALTER SYSTEM refuses a retention shorter than the retry window');
 
+($ret, $stdout, $stderr) = $node->psql('postgres',
+	q{ALTER SYSTEM SET idem.retention = 'soon'});
+like($stderr, qr/invalid value for parameter "idem\.retention"/,
+	'an invalid value gets core\'s own error');
+
 # two ALTER SYSTEM commands without a reload between them: the second one
 # is checked against the first, not against the value still in force
 $node->safe_psql('postgres', q{ALTER SYSTEM SET idem.retention = '2h'});
