@@ -39,7 +39,7 @@ COMMENT ON COLUMN idem_record.retryable IS
 COMMENT ON COLUMN idem_record.fingerprint IS
 	'SHA-256 of the request fingerprint given to the first claim';
 COMMENT ON COLUMN idem_record.attempt IS
-	'1 for the first claim, one more for each re-claim; the fencing token';
+	'the fencing token: one more for each re-claim, above every attempt of the key''s deleted records';
 COMMENT ON COLUMN idem_record.lease_expires_at IS
 	'when a committed pending claim stops being in_progress and becomes unknown';
 
@@ -47,6 +47,47 @@ COMMENT ON COLUMN idem_record.lease_expires_at IS
 SELECT pg_catalog.pg_extension_config_dump('idem_record', '');
 
 REVOKE ALL ON idem_record FROM PUBLIC;
+
+/*
+ * The fencing floor: for each of 4096 buckets of keys (by hash of the key),
+ * the highest attempt of any record of that bucket that was ever deleted
+ * (purged, forgotten, or deleted by hand).  A key's new record starts above
+ * its bucket's floor, so a fencing token given out before a purge is never
+ * valid again for the same key.  A trigger raises it, whatever deletes.
+ */
+CREATE TABLE idem_attempt_floor (
+	bucket				integer PRIMARY KEY CHECK (bucket BETWEEN 0 AND 4095),
+	attempt				integer NOT NULL CHECK (attempt >= 1)
+);
+
+COMMENT ON TABLE idem_attempt_floor IS
+	'per bucket of keys, the highest attempt of a deleted record: new records start above it';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_attempt_floor', '');
+
+REVOKE ALL ON idem_attempt_floor FROM PUBLIC;
+
+CREATE FUNCTION idem_record_forgotten()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	-- in bucket order, so that two deleting transactions never deadlock
+	INSERT INTO idem_attempt_floor AS f (bucket, attempt)
+		SELECT hashtext(forgotten.key) & 4095, max(forgotten.attempt)
+		  FROM forgotten GROUP BY 1 ORDER BY 1
+	ON CONFLICT (bucket) DO UPDATE SET attempt = excluded.attempt
+		WHERE f.attempt < excluded.attempt;
+	RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION idem_record_forgotten() FROM PUBLIC;
+
+CREATE TRIGGER idem_record_forgotten AFTER DELETE ON idem_record
+	REFERENCING OLD TABLE AS forgotten
+	FOR EACH STATEMENT EXECUTE FUNCTION idem_record_forgotten();
 
 /*
  * Row-level security bound to idem.tenant: a role bound to a tenant that a
@@ -70,6 +111,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   fingerprint bytea DEFAULT NULL,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
+						   retention interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
 						   OUT body bytea, OUT attempt integer,
 						   OUT created_at timestamptz,
@@ -83,12 +125,13 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   fingerprint text,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
+						   retention interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
 						   OUT body bytea, OUT attempt integer,
 						   OUT created_at timestamptz,
 						   OUT expires_at timestamptz)
 RETURNS record
-AS 'MODULE_PATHNAME', 'idem_claim'
+AS 'MODULE_PATHNAME', 'idem_claim_text'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
@@ -96,6 +139,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   fingerprint jsonb,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
+						   retention interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
 						   OUT body bytea, OUT attempt integer,
 						   OUT created_at timestamptz,
@@ -157,12 +201,35 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
+							fingerprint bytea DEFAULT NULL,
 							OUT outcome text, OUT status integer,
 							OUT body bytea, OUT attempt integer,
 							OUT created_at timestamptz,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay'
+LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
+							fingerprint text,
+							OUT outcome text, OUT status integer,
+							OUT body bytea, OUT attempt integer,
+							OUT created_at timestamptz,
+							OUT expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_replay_text'
+LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
+							fingerprint jsonb,
+							OUT outcome text, OUT status integer,
+							OUT body bytea, OUT attempt integer,
+							OUT created_at timestamptz,
+							OUT expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_replay_jsonb'
 LANGUAGE C STABLE SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
@@ -246,13 +313,13 @@ REVOKE ALL ON idem_stats FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idem_stats_read() TO pg_monitor;
 GRANT SELECT ON idem_stats TO pg_monitor;
 
-COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval) IS
+COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval) IS
 	'claim a key before executing a request: claimed, replay, in_progress, mismatch or unknown';
 COMMENT ON FUNCTION idem_complete(text, text, text, integer, bytea, integer) IS
 	'finish a pending claim with the response to replay';
 COMMENT ON FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer) IS
 	'finish a pending claim as failed: replayed, or re-executable when retryable';
-COMMENT ON FUNCTION idem_replay(text, text, text) IS
+COMMENT ON FUNCTION idem_replay(text, text, text, bytea) IS
 	'read-only look-up of what a claim would answer, without claiming';
 COMMENT ON FUNCTION idem_release(text, text, text, integer) IS
 	'drop a pending claim so that the next claim executes again';

@@ -144,15 +144,16 @@ SELECT outcome FROM idem_claim('acme', 'POST /orders', 'twice');
 SELECT outcome FROM idem_claim('acme', 'POST /orders', 'twice');
 COMMIT;
 
--- records past their retention are forgotten: replay shows nothing, a claim
--- starts over at attempt 1, and idem_purge deletes them
+-- records past their retention (and lease) are forgotten: replay shows
+-- nothing, a claim starts over, fenced above the old attempt, and
+-- idem_purge deletes them
 SET idem.retry_window = '1s';
 SET idem.retention = '2s';
-SELECT outcome FROM idem_claim('acme', 'POST /short', 's1');
+SELECT outcome FROM idem_claim('acme', 'POST /short', 's1', lease => '1s');
 SELECT idem_complete('acme', 'POST /short', 's1', 200, 'short');
-SELECT outcome FROM idem_claim('acme', 'POST /short', 's2');
+SELECT outcome FROM idem_claim('acme', 'POST /short', 's2', lease => '1s');
 SELECT idem_fail('acme', 'POST /short', 's2', 503, 'x', retryable => true);
-SELECT outcome FROM idem_claim('acme', 'POST /short', 's2');
+SELECT outcome FROM idem_claim('acme', 'POST /short', 's2', lease => '1s');
 SELECT pg_sleep(2.1);
 SELECT count(*) FROM idem_replay('acme', 'POST /short', 's1');
 SELECT outcome, attempt FROM idem_claim('acme', 'POST /short', 's2', 'changed');

@@ -81,7 +81,8 @@ VALUES ('globex', 'POST /orders', 'forged', 'succeeded', 1, now(), now(), now(),
 SELECT tenant, key, convert_from(body, 'UTF8') AS body FROM idem_record ORDER BY tenant, key;
 REVOKE ALL ON idem_record FROM regress_acme;
 
--- an operator can forget a key, and the next claim executes again
+-- an operator can forget a key, and the next claim executes again, fenced
+-- above the forgotten record's attempt
 SELECT idem_forget('acme', 'POST /orders', 'a2');
 SELECT idem_forget('acme', 'POST /orders', 'a2');
 SELECT outcome, attempt FROM idem_claim('acme', 'POST /orders', 'a2');

@@ -6,9 +6,10 @@
  *
  * None of these functions is STRICT: a NULL argument is a caller's bug and
  * gets an error naming it, never a NULL result.  Each bad-input SQLSTATE is
- * chosen in one helper here.  The bytea and text overloads share a C
- * function (both are varlenas whose payload is the bytes); the jsonb ones
- * canonicalize first.
+ * chosen in one helper here.  The bytea and text overloads of a body share
+ * a C function (both are varlenas whose payload is the bytes); a text
+ * fingerprint has its own, since it is digested over UTF-8 whatever the
+ * database encoding; the jsonb ones canonicalize first.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,16 +25,27 @@
 #include "idem.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
+PG_FUNCTION_INFO_V1(idem_claim_text);
 PG_FUNCTION_INFO_V1(idem_claim_jsonb);
 PG_FUNCTION_INFO_V1(idem_complete);
 PG_FUNCTION_INFO_V1(idem_complete_jsonb);
 PG_FUNCTION_INFO_V1(idem_fail);
 PG_FUNCTION_INFO_V1(idem_fail_jsonb);
 PG_FUNCTION_INFO_V1(idem_replay);
+PG_FUNCTION_INFO_V1(idem_replay_text);
+PG_FUNCTION_INFO_V1(idem_replay_jsonb);
 PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_purge);
 PG_FUNCTION_INFO_V1(idem_list);
 PG_FUNCTION_INFO_V1(idem_forget);
+
+/* How a function's fingerprint argument is given */
+typedef enum FingerprintKind
+{
+	FP_BYTEA,
+	FP_TEXT,
+	FP_JSONB
+} FingerprintKind;
 
 /* The row type of idem_claim and idem_replay, built once per backend */
 static TupleDesc answer_desc = NULL;
@@ -178,44 +190,62 @@ answer_tuple(FunctionCallInfo fcinfo, const IdemAnswer *answer)
 	return heap_form_tuple(get_answer_desc(fcinfo), values, nulls);
 }
 
+/* An optional request fingerprint, digested; not present when NULL */
+static void
+fingerprint_from_arg(FunctionCallInfo fcinfo, int argno, FingerprintKind kind,
+					 IdemFingerprint *fp)
+{
+	fp->present = false;
+	if (PG_ARGISNULL(argno))
+		return;
+	if (kind == FP_JSONB)
+		fingerprint_jsonb(PG_GETARG_DATUM(argno), fp);
+	else if (kind == FP_TEXT)
+		fingerprint_text(PG_GETARG_TEXT_PP(argno), fp);
+	else
+	{
+		bytea	   *raw = PG_GETARG_BYTEA_PP(argno);
+
+		fingerprint_bytes(VARDATA_ANY(raw), VARSIZE_ANY_EXHDR(raw), fp);
+	}
+}
+
 static Datum
-claim(FunctionCallInfo fcinfo, bool jsonb)
+claim(FunctionCallInfo fcinfo, FingerprintKind kind)
 {
 	IdemKey		key;
-	IdemFingerprint fp = {false};
+	IdemFingerprint fp;
 	IdemAnswer	answer;
 	bool		wait;
 	Interval   *lease;
+	Interval   *retention;
 
 	key_from_args(fcinfo, &key);
-	if (!PG_ARGISNULL(3))
-	{
-		if (jsonb)
-			fingerprint_jsonb(PG_GETARG_DATUM(3), &fp);
-		else
-		{
-			bytea	   *raw = PG_GETARG_BYTEA_PP(3);
-
-			fingerprint_bytes(VARDATA_ANY(raw), VARSIZE_ANY_EXHDR(raw), &fp);
-		}
-	}
+	fingerprint_from_arg(fcinfo, 3, kind, &fp);
 	wait = bool_from_arg(fcinfo, 4, "wait");
 	lease = PG_ARGISNULL(5) ? NULL : PG_GETARG_INTERVAL_P(5);
+	retention = PG_ARGISNULL(6) ? NULL : PG_GETARG_INTERVAL_P(6);
 
-	protocol_claim(&key, &fp, wait, lease, &answer);
+	protocol_claim(&key, &fp, wait, lease, retention, &answer);
 	return HeapTupleGetDatum(answer_tuple(fcinfo, &answer));
 }
 
 Datum
 idem_claim(PG_FUNCTION_ARGS)
 {
-	return claim(fcinfo, false);
+	return claim(fcinfo, FP_BYTEA);
+}
+
+Datum
+idem_claim_text(PG_FUNCTION_ARGS)
+{
+	return claim(fcinfo, FP_TEXT);
 }
 
 Datum
 idem_claim_jsonb(PG_FUNCTION_ARGS)
 {
-	return claim(fcinfo, true);
+	return claim(fcinfo, FP_JSONB);
 }
 
 /*
@@ -285,24 +315,26 @@ idem_release(PG_FUNCTION_ARGS)
 }
 
 /*
- * A set-returning function of at most one row, so that "no record" is no
- * row rather than a row of NULLs.
+ * A set-returning function of at most one row, so that "no record" (a
+ * claim would execute) is no row rather than a row of NULLs.
  */
-Datum
-idem_replay(PG_FUNCTION_ARGS)
+static Datum
+replay(FunctionCallInfo fcinfo, FingerprintKind kind)
 {
 	FuncCallContext *funcctx;
 
 	if (SRF_IS_FIRSTCALL())
 	{
 		IdemKey		key;
+		IdemFingerprint fp;
 		IdemAnswer	answer;
 		MemoryContext old;
 
 		funcctx = SRF_FIRSTCALL_INIT();
 		old = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
 		key_from_args(fcinfo, &key);
-		if (protocol_replay(&key, &answer))
+		fingerprint_from_arg(fcinfo, 3, kind, &fp);
+		if (protocol_replay(&key, &fp, &answer))
 		{
 			funcctx->user_fctx = answer_tuple(fcinfo, &answer);
 			funcctx->max_calls = 1;
@@ -315,6 +347,24 @@ idem_replay(PG_FUNCTION_ARGS)
 		SRF_RETURN_NEXT(funcctx,
 						HeapTupleGetDatum((HeapTuple) funcctx->user_fctx));
 	SRF_RETURN_DONE(funcctx);
+}
+
+Datum
+idem_replay(PG_FUNCTION_ARGS)
+{
+	return replay(fcinfo, FP_BYTEA);
+}
+
+Datum
+idem_replay_text(PG_FUNCTION_ARGS)
+{
+	return replay(fcinfo, FP_TEXT);
+}
+
+Datum
+idem_replay_jsonb(PG_FUNCTION_ARGS)
+{
+	return replay(fcinfo, FP_JSONB);
 }
 
 Datum

@@ -7,7 +7,10 @@
  * own cryptohash code, so that a record's size does not depend on the size
  * of the request it guards.  A jsonb value is reduced to jsonb's text form
  * first: jsonb already orders object keys and drops insignificant white
- * space, so two requests that differ only in those ways match.
+ * space, so two requests that differ only in those ways match.  Text and
+ * jsonb are digested over their UTF-8 bytes whatever the database encoding,
+ * so that a record restored into a database of another encoding still
+ * matches its retries.
  *
  *-------------------------------------------------------------------------
  */
@@ -16,6 +19,7 @@
 #include "common/cryptohash.h"
 #include "common/sha2.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "utils/jsonb.h"
 
 #include "idem.h"
@@ -38,6 +42,23 @@ fingerprint_bytes(const char *data, size_t len, IdemFingerprint *fp)
 	fp->present = true;
 }
 
+/* The digest of a text in the database encoding, over its UTF-8 form */
+static void
+fingerprint_utf8(const char *data, int len, IdemFingerprint *fp)
+{
+	char	   *utf8 = pg_server_to_any(data, len, PG_UTF8);
+
+	fingerprint_bytes(utf8, utf8 == data ? (size_t) len : strlen(utf8), fp);
+	if (utf8 != data)
+		pfree(utf8);
+}
+
+void
+fingerprint_text(text *t, IdemFingerprint *fp)
+{
+	fingerprint_utf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), fp);
+}
+
 /* The canonical text of a jsonb value, as a palloc'd StringInfo */
 static void
 jsonb_canonical(Datum jsonb, StringInfo out)
@@ -54,7 +75,7 @@ fingerprint_jsonb(Datum jsonb, IdemFingerprint *fp)
 	StringInfoData buf;
 
 	jsonb_canonical(jsonb, &buf);
-	fingerprint_bytes(buf.data, buf.len, fp);
+	fingerprint_utf8(buf.data, buf.len, fp);
 	pfree(buf.data);
 }
 

@@ -18,19 +18,21 @@ PG_MODULE_MAGIC;
 void		_PG_init(void);
 
 /*
- * Without shared_preload_libraries, idem only defines its settings: every
- * SQL function works, idem_purge() purges on demand, and the counters stay
- * off.  Preloaded, a configuration that breaks the retention rule stops the
- * server from starting (an error in the postmaster is fatal, and the log
- * names both settings).
+ * Without shared_preload_libraries, idem only defines its settings and
+ * checks ALTER SYSTEM in the sessions that load it: every SQL function
+ * works, idem_purge() purges on demand, and the counters stay off.
+ * Preloaded, a configuration that breaks the retention rule is logged as a
+ * WARNING naming both settings; the server starts, and claims error until
+ * the configuration is fixed.
  */
 void
 _PG_init(void)
 {
 	settings_init();
+	settings_guard_alter_system();
 	if (!process_shared_preload_libraries_in_progress)
 		return;
-	settings_check_retention_rule(ERROR);
+	settings_check_retention_rule(WARNING);
 	stats_init();
 	worker_register_launcher();
 }

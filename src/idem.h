@@ -112,15 +112,18 @@ extern bool idem_standby_replay;
 extern char *idem_tenant;
 extern void settings_init(void);
 extern void settings_check_retention_rule(int elevel);
+extern void settings_guard_alter_system(void);
 
 /* fingerprint.c */
 extern void fingerprint_bytes(const char *data, size_t len,
 							  IdemFingerprint *fp);
+extern void fingerprint_text(text *t, IdemFingerprint *fp);
 extern void fingerprint_jsonb(Datum jsonb, IdemFingerprint *fp);
 extern bytea *jsonb_body(Datum jsonb);
 
 /* keylock.c */
 extern bool keylock_acquire(const IdemKey *key, bool wait);
+extern bool keylock_held_by_other(const IdemKey *key);
 extern void keylock_release(const IdemKey *key);
 
 /* record.c */
@@ -129,14 +132,15 @@ extern void record_close(void);
 extern bool record_insert_claim(const IdemKey *key,
 								const IdemFingerprint *fp,
 								TimestampTz now, TimestampTz lease_expires_at,
-								TimestampTz expires_at);
+								TimestampTz expires_at, int32 *attempt);
 extern bool record_fetch(const IdemKey *key, bool latest, IdemRecord *rec);
 extern bool record_reclaim(const IdemKey *key, const IdemRecord *rec,
 						   TimestampTz now);
 extern bool record_finish(const IdemKey *key, bool has_attempt,
 						  int32 attempt, IdemState state, bool retryable,
 						  bool has_status, int32 status, bytea *body,
-						  TimestampTz now, TimestampTz *expires_at);
+						  TimestampTz now, TimestampTz *expires_at,
+						  TimestampTz *lease_expires_at);
 extern uint64 record_purge_batch(TimestampTz now, int batch, TimestampTz *from);
 extern List *record_list(text *tenant, text *endpoint, bool with_body,
 						 int32 max_rows, TupleDesc desc);
@@ -144,8 +148,10 @@ extern bool record_forget(const IdemKey *key);
 
 /* protocol.c */
 extern void protocol_claim(const IdemKey *key, const IdemFingerprint *fp,
-						   bool wait, Interval *lease, IdemAnswer *answer);
-extern bool protocol_replay(const IdemKey *key, IdemAnswer *answer);
+						   bool wait, Interval *lease, Interval *retention,
+						   IdemAnswer *answer);
+extern bool protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
+							IdemAnswer *answer);
 extern bool protocol_finish(const IdemKey *key, IdemFinish how,
 							bool has_attempt, int32 attempt,
 							bool has_status, int32 status, bytea *body);

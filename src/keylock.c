@@ -63,6 +63,24 @@ keylock_acquire(const IdemKey *key, bool wait)
 }
 
 /*
+ * Whether another transaction holds the key's lock, asked without taking
+ * it: idem_replay answers in_progress for such a key, as a claim would, and
+ * must not itself make a concurrent claim answer in_progress by holding the
+ * lock, even for a moment.  The answer may be stale as soon as it is given,
+ * as any claim's answer may.
+ */
+bool
+keylock_held_by_other(const IdemKey *key)
+{
+	LOCKTAG		tag;
+	int			holders;
+
+	keylock_tag(key, &tag);
+	(void) GetLockConflicts(&tag, ExclusiveLock, &holders);
+	return holders > 0;
+}
+
+/*
  * Give back one hold of the key's lock before the end of the transaction:
  * used by a claim that ended up writing nothing.  A hold this transaction
  * took earlier (it claimed the key before) stays.

@@ -15,8 +15,15 @@
  * one replays it from its own snapshot, without the key lock and without
  * writing anything: a retry of a finished request costs one index look-up.
  *
- * Timestamps are the statement's start time, so that one statement sees
- * one "now" however many keys it touches.
+ * "Now" is the clock at the moment of each call (GetCurrentTimestamp), not
+ * the start of the statement, transaction or CALL: a procedure that claims
+ * and commits message after message, or a claim late in a long statement,
+ * gets a lease and an expiry that count from the claim itself.
+ *
+ * A pending claim whose lease runs is live whatever its expiry says
+ * (record_expired): it is never re-claimed as new, finished as forgotten or
+ * purged.  Claims give it an expiry no earlier than its lease's end anyway;
+ * the rule also covers records written by idem 0.1.0.
  *
  *-------------------------------------------------------------------------
  */
@@ -84,6 +91,14 @@ is_final(const IdemRecord *rec)
 {
 	return rec->state == IDEM_SUCCEEDED ||
 		(rec->state == IDEM_FAILED && !rec->retryable);
+}
+
+/* A record that claims treat as absent: expired, and not a running lease */
+static bool
+record_expired(const IdemRecord *rec, TimestampTz now)
+{
+	return rec->expires_at <= now &&
+		!(rec->state == IDEM_PENDING && rec->lease_expires_at > now);
 }
 
 static bool
@@ -155,6 +170,59 @@ settled_outcome(const IdemRecord *rec, const IdemFingerprint *fp,
 }
 
 /*
+ * The expiry of a claim made at now: the retention (the claim's own, or
+ * idem.retention) after it, but never before its lease ends, so that a
+ * record cannot be forgotten while its lease runs.
+ */
+static TimestampTz
+claim_expiry(TimestampTz now, Interval *retention,
+			 TimestampTz lease_expires_at)
+{
+	TimestampTz expires_at;
+
+	if (retention != NULL)
+	{
+		expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+															 TimestampTzGetDatum(now),
+															 PointerGetDatum(retention)));
+		/* an infinite interval (PostgreSQL 17+) gives an infinite expiry */
+		if (TIMESTAMP_IS_NOBEGIN(expires_at) ||
+			(!TIMESTAMP_IS_NOEND(expires_at) &&
+			 expires_at - now <= (TimestampTz) idem_retry_window * USECS_PER_SEC))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("retention %s must be longer than idem.retry_window (%ds)",
+							DatumGetCString(DirectFunctionCall1(interval_out,
+																PointerGetDatum(retention))),
+							idem_retry_window),
+					 errdetail("A retry that arrives after its record expired would execute the request again.")));
+	}
+	else
+		expires_at = now + (TimestampTz) idem_retention * USECS_PER_SEC;
+	return Max(expires_at, lease_expires_at);
+}
+
+/*
+ * The answer when another transaction holds the key's lock (it is writing
+ * the key's record, committed or not): what the snapshot shows of the
+ * record, or in_progress without one.
+ */
+static void
+answer_busy(const IdemFingerprint *fp, bool have_snap, const IdemRecord *snap,
+			TimestampTz now, IdemAnswer *answer)
+{
+	if (have_snap && !record_expired(snap, now))
+		answer_with(answer,
+					fingerprints_differ(&snap->fingerprint, fp) ?
+					IDEM_MISMATCH : IDEM_IN_PROGRESS, snap);
+	else
+	{
+		memset(answer, 0, sizeof(*answer));
+		answer->outcome = IDEM_IN_PROGRESS;
+	}
+}
+
+/*
  * Claim a key.  The answer says whether the caller now owns it ("claimed":
  * execute, then finish it) or what to tell the client.  Only a "claimed"
  * answer leaves anything behind: the pending record and the key lock, both
@@ -162,9 +230,9 @@ settled_outcome(const IdemRecord *rec, const IdemFingerprint *fp,
  */
 static void
 claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
-	  Interval *lease, IdemAnswer *answer)
+	  Interval *lease, Interval *retention, IdemAnswer *answer)
 {
-	TimestampTz now = GetCurrentStatementStartTimestamp();
+	TimestampTz now;
 	TimestampTz lease_expires_at;
 	TimestampTz expires_at;
 	IdemRecord	snap;
@@ -173,6 +241,7 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 
 	settings_check_retention_rule(ERROR);
 	require_primary("idem_claim()");
+	now = GetCurrentTimestamp();
 	if (lease != NULL)
 		lease_expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 																   TimestampTzGetDatum(now),
@@ -186,13 +255,13 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 				 errdetail("The lease given was %s.",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   PointerGetDatum(lease))))));
-	expires_at = now + (TimestampTz) idem_retention * USECS_PER_SEC;
+	expires_at = claim_expiry(now, retention, lease_expires_at);
 
 	record_open();
 
 	/* A finished record is final: replay it without locking anything. */
 	have_snap = record_fetch(key, false, &snap);
-	if (have_snap && snap.expires_at > now && is_final(&snap))
+	if (have_snap && !record_expired(&snap, now) && is_final(&snap))
 	{
 		answer_with(answer, settled_outcome(&snap, fp, now), &snap);
 		record_close();
@@ -202,24 +271,16 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 	if (!keylock_acquire(key, wait))
 	{
 		/* another transaction is writing this key's record right now */
-		if (have_snap && snap.expires_at > now)
-			answer_with(answer,
-						fingerprints_differ(&snap.fingerprint, fp) ?
-						IDEM_MISMATCH : IDEM_IN_PROGRESS, &snap);
-		else
-		{
-			memset(answer, 0, sizeof(*answer));
-			answer->outcome = IDEM_IN_PROGRESS;
-		}
+		answer_busy(fp, have_snap, &snap, now, answer);
 		record_close();
 		return;
 	}
 
 	for (;;)
 	{
-		if (record_insert_claim(key, fp, now, lease_expires_at, expires_at))
+		if (record_insert_claim(key, fp, now, lease_expires_at, expires_at,
+								&rec.attempt))
 		{
-			rec.attempt = 1;
 			rec.created_at = now;
 			rec.expires_at = expires_at;
 			answer_with(answer, IDEM_CLAIMED, &rec);
@@ -230,20 +291,20 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 		if (!fetch_locked(key, have_snap, &snap, &rec))
 			continue;			/* purged since the insert: insert again */
 
-		if (rec.expires_at > now && rec.state == IDEM_FAILED &&
-			rec.retryable && !fingerprints_differ(&rec.fingerprint, fp))
+		if (record_expired(&rec, now))
+		{
+			/* forgotten: a first claim again, but fenced above the old one */
+			rec.fingerprint = *fp;
+			rec.attempt++;
+			rec.created_at = now;
+		}
+		else if (rec.state == IDEM_FAILED && rec.retryable &&
+				 !fingerprints_differ(&rec.fingerprint, fp))
 		{
 			/* a system error or a release: execute again, fenced */
 			rec.attempt++;
 			if (!rec.fingerprint.present)
 				rec.fingerprint = *fp;
-		}
-		else if (rec.expires_at <= now)
-		{
-			/* forgotten: this is a first claim again */
-			rec.fingerprint = *fp;
-			rec.attempt = 1;
-			rec.created_at = now;
 		}
 		else
 		{
@@ -288,29 +349,33 @@ log_claim(const IdemKey *key, const IdemAnswer *answer)
 
 void
 protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
-			   Interval *lease, IdemAnswer *answer)
+			   Interval *lease, Interval *retention, IdemAnswer *answer)
 {
-	claim(key, fp, wait, lease, answer);
+	claim(key, fp, wait, lease, retention, answer);
 	stats_count_claim(answer->outcome);
 	if (idem_log_outcomes)
 		log_claim(key, answer);
 }
 
 /*
- * What a claim would answer, without claiming: false when a claim would
- * execute (no live record, or one that failed retryably or was released).
- * A pending claim that another transaction has not committed is invisible
- * here, as it is to every other reader.
+ * What a claim would answer, without claiming and without writing: false
+ * when a claim would execute (no live record, or one that failed retryably
+ * or was released).  A key whose lock another transaction holds is
+ * in_progress, as for a claim: that transaction may be inserting a claim
+ * that no snapshot shows yet.  The lock is looked at, never taken.  On a
+ * standby (idem.standby_replay) no transaction of the primary can be seen
+ * holding it, so there the answer rests on the records alone.
  */
 bool
-protocol_replay(const IdemKey *key, IdemAnswer *answer)
+protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
+				IdemAnswer *answer)
 {
-	TimestampTz now = GetCurrentStatementStartTimestamp();
+	TimestampTz now = GetCurrentTimestamp();
 	IdemRecord	rec;
 	bool		found;
-	IdemFingerprint none = {false};
+	bool		recovery = RecoveryInProgress();
 
-	if (RecoveryInProgress() && !idem_standby_replay)
+	if (recovery && !idem_standby_replay)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot call idem_replay() during recovery"),
@@ -321,10 +386,21 @@ protocol_replay(const IdemKey *key, IdemAnswer *answer)
 	found = record_fetch(key, false, &rec);
 	record_close();
 
-	if (!found || rec.expires_at <= now ||
-		(rec.state == IDEM_FAILED && rec.retryable))
+	if (found && !record_expired(&rec, now) && is_final(&rec))
+	{
+		answer_with(answer, settled_outcome(&rec, fp, now), &rec);
+		return true;
+	}
+	if (!recovery && keylock_held_by_other(key))
+	{
+		answer_busy(fp, found, &rec, now, answer);
+		return true;
+	}
+	if (!found || record_expired(&rec, now) ||
+		(rec.state == IDEM_FAILED && rec.retryable &&
+		 !fingerprints_differ(&rec.fingerprint, fp)))
 		return false;
-	answer_with(answer, settled_outcome(&rec, &none, now), &rec);
+	answer_with(answer, settled_outcome(&rec, fp, now), &rec);
 	return true;
 }
 
@@ -346,11 +422,12 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 		[IDEM_FINISH_RELEASE] = "idem_release()"
 	};
 	const char *function = function_names[how];
-	TimestampTz now = GetCurrentStatementStartTimestamp();
+	TimestampTz now = GetCurrentTimestamp();
 	IdemRecord	snap;
 	IdemRecord	rec;
 	bool		have_snap = false;
 	TimestampTz expires_at;
+	TimestampTz lease_expires_at;
 
 	require_primary(function);
 	keylock_acquire(key, true);
@@ -359,10 +436,11 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 	if (record_finish(key, has_attempt, attempt,
 					  how == IDEM_FINISH_COMPLETE ? IDEM_SUCCEEDED : IDEM_FAILED,
 					  how == IDEM_FINISH_FAIL_RETRYABLE || how == IDEM_FINISH_RELEASE,
-					  has_status, status, body, now, &expires_at))
+					  has_status, status, body, now, &expires_at,
+					  &lease_expires_at))
 	{
 		/* an expired record is forgotten: the error undoes the update */
-		if (expires_at <= now)
+		if (expires_at <= now && lease_expires_at <= now)
 			report_not_pending(key, function,
 							   "The key has no live record.", 0);
 		record_close();
@@ -373,7 +451,7 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 	/* Nothing matched: find out why, to say so. */
 	if (IsolationUsesXactSnapshot())
 		have_snap = record_fetch(key, false, &snap);
-	if (!fetch_locked(key, have_snap, &snap, &rec) || rec.expires_at <= now)
+	if (!fetch_locked(key, have_snap, &snap, &rec) || record_expired(&rec, now))
 		report_not_pending(key, function,
 						   "The key has no live record.", 0);
 	if (has_attempt && attempt != rec.attempt)

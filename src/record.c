@@ -36,6 +36,8 @@
 typedef enum RecordPlan
 {
 	PLAN_INSERT,
+	PLAN_FLOOR,
+	PLAN_REFENCE,
 	PLAN_FETCH,
 	PLAN_RECLAIM,
 	PLAN_FINISH,
@@ -50,6 +52,11 @@ typedef enum RecordPlan
 	" WHERE tenant OPERATOR(pg_catalog.=) $1" \
 	" AND endpoint OPERATOR(pg_catalog.=) $2" \
 	" AND key OPERATOR(pg_catalog.=) $3"
+
+/* A key's bucket in idem_attempt_floor, as its trigger computes it */
+#define FLOOR_MATCH \
+	" WHERE bucket OPERATOR(pg_catalog.=)" \
+	" (pg_catalog.hashtext($3) OPERATOR(pg_catalog.&) 4095)"
 
 /* Columns of PLAN_FETCH's result, in order */
 enum
@@ -67,19 +74,30 @@ enum
 
 typedef struct PlanSpec
 {
-	const char *sql;			/* %s stands for the qualified table name */
+	const char *sql;			/* %1$s: idem_record, %2$s: idem_attempt_floor */
 	int			nargs;
 	Oid			argtypes[9];
 } PlanSpec;
 
 static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_INSERT] = {
-		"INSERT INTO %s (tenant, endpoint, key, state, fingerprint, attempt,"
+		"INSERT INTO %1$s (tenant, endpoint, key, state, fingerprint, attempt,"
 		" created_at, claimed_at, lease_expires_at, expires_at)"
-		" VALUES ($1, $2, $3, 'pending', $4, 1, $5, $5, $6, $7)"
-		" ON CONFLICT (tenant, endpoint, key) DO NOTHING",
+		" VALUES ($1, $2, $3, 'pending', $4,"
+		" COALESCE((SELECT attempt FROM %2$s" FLOOR_MATCH "), 0)"
+		" OPERATOR(pg_catalog.+) 1, $5, $5, $6, $7)"
+		" ON CONFLICT (tenant, endpoint, key) DO NOTHING RETURNING attempt",
 		7, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[PLAN_FLOOR] = {
+		/* %1$.0s: a format must use every argument before the last one */
+		"SELECT attempt FROM %2$s" FLOOR_MATCH "%1$.0s",
+		3, {TEXTOID, TEXTOID, TEXTOID}
+	},
+	[PLAN_REFENCE] = {
+		"UPDATE %1$s SET attempt = $4" KEY_MATCH,
+		4, {TEXTOID, TEXTOID, TEXTOID, INT4OID}
 	},
 	[PLAN_FETCH] = {
 		"SELECT state, retryable, fingerprint, status, body, attempt,"
@@ -99,7 +117,7 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		" finished_at = $8" KEY_MATCH
 		" AND state OPERATOR(pg_catalog.=) 'pending'"
 		" AND ($9 IS NULL OR attempt OPERATOR(pg_catalog.=) $9)"
-		" RETURNING expires_at",
+		" RETURNING expires_at, lease_expires_at",
 		9, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
 		TIMESTAMPTZOID, INT4OID}
 	},
@@ -107,9 +125,14 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		"WITH deleted AS (DELETE FROM %1$s"
 		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 		"SELECT ctid FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
-		" AND expires_at OPERATOR(pg_catalog.>=) $3 ORDER BY expires_at"
-		" LIMIT $2 FOR UPDATE SKIP LOCKED))"
-		" AND expires_at OPERATOR(pg_catalog.<=) $1 RETURNING expires_at)"
+		" AND expires_at OPERATOR(pg_catalog.>=) $3"
+		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
+		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+		" AND expires_at OPERATOR(pg_catalog.<=) $1"
+		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
+		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
+		" RETURNING expires_at)"
 		" SELECT pg_catalog.count(*), pg_catalog.max(expires_at) FROM deleted",
 		3, {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID}
 	},
@@ -186,6 +209,7 @@ prepare_plans(void)
 {
 	Oid			schema;
 	char	   *qualified;
+	char	   *qualified_floor;
 	int			nestlevel;
 
 	for (int i = 0; i < NUM_PLANS; i++)
@@ -204,6 +228,8 @@ prepare_plans(void)
 				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
 	qualified = quote_qualified_identifier(get_namespace_name(schema),
 										   "idem_record");
+	qualified_floor = quote_qualified_identifier(get_namespace_name(schema),
+												 "idem_attempt_floor");
 
 	/*
 	 * Every statement finds its rows through an index, however few rows the
@@ -224,7 +250,7 @@ prepare_plans(void)
 		CachedPlan *cplan;
 
 		initStringInfo(&sql);
-		appendStringInfo(&sql, plan_specs[i].sql, qualified);
+		appendStringInfo(&sql, plan_specs[i].sql, qualified, qualified_floor);
 		plan = SPI_prepare_cursor(sql.data, plan_specs[i].nargs,
 								  (Oid *) plan_specs[i].argtypes,
 								  CURSOR_OPT_GENERIC_PLAN);
@@ -303,15 +329,25 @@ key_datums(const IdemKey *key, Datum *values, char *nulls)
 
 /*
  * Insert a fresh pending claim; false if the key already has a record.  The
- * unique index alone decides.
+ * unique index alone decides.  *attempt is the new claim's attempt: one more
+ * than the floor of the key's bucket, which the deletion of every earlier
+ * record of the key raised.
+ *
+ * The floor is read twice.  The insert reads it with its own snapshot; but
+ * if a concurrent purge was deleting the key's old record, the insert waits
+ * for it at the unique index and then inserts, with a floor read before
+ * that purge's raise committed.  So once inserted, the claim reads the
+ * newest committed floor and, if it caught up, moves its attempt above it.
  */
 bool
 record_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
 					TimestampTz now, TimestampTz lease_expires_at,
-					TimestampTz expires_at)
+					TimestampTz expires_at, int32 *attempt)
 {
 	Datum		values[7];
 	char		nulls[7];
+	bool		isnull;
+	int			rc;
 
 	key_datums(key, values, nulls);
 	values[3] = fingerprint_datum(fp, &nulls[3]);
@@ -321,7 +357,29 @@ record_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
 	nulls[4] = nulls[5] = nulls[6] = ' ';
 
 	run_plan(PLAN_INSERT, values, nulls, 0);
-	return SPI_processed == 1;
+	if (SPI_processed != 1)
+		return false;
+	*attempt = DatumGetInt32(first_row_column(1, &isnull));
+
+	rc = SPI_execute_snapshot(plans[PLAN_FLOOR], values, nulls,
+							  GetLatestSnapshot(), InvalidSnapshot,
+							  false, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_snapshot failed: %s",
+			 SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+	{
+		int32		floor = DatumGetInt32(first_row_column(1, &isnull));
+
+		if (floor >= *attempt)
+		{
+			*attempt = floor + 1;
+			values[3] = Int32GetDatum(*attempt);
+			nulls[3] = ' ';
+			run_plan(PLAN_REFENCE, values, nulls, 0);
+		}
+	}
+	return true;
 }
 
 static IdemState
@@ -424,16 +482,17 @@ record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now)
 
 /*
  * Store how the key's pending claim ended, if it has one of that attempt
- * (with has_attempt); false if it has none.  *expires_at is the record's
- * expiry: the caller must raise an error, undoing the update, if it has
- * passed.  (The statement leaves expiry out of its condition, so that the
+ * (with has_attempt); false if it has none.  *expires_at and
+ * *lease_expires_at are the record's expiry and lease end: the caller must
+ * raise an error, undoing the update, if the record had expired.  (The statement leaves expiry out of its condition, so that the
  * planner can only look the key up by the unique index.)  Only non-indexed
  * columns change, so this is a HOT update when the page has room.
  */
 bool
 record_finish(const IdemKey *key, bool has_attempt, int32 attempt,
 			  IdemState state, bool retryable, bool has_status, int32 status,
-			  bytea *body, TimestampTz now, TimestampTz *expires_at)
+			  bytea *body, TimestampTz now, TimestampTz *expires_at,
+			  TimestampTz *lease_expires_at)
 {
 	bool		isnull;
 	Datum		values[9];
@@ -455,6 +514,7 @@ record_finish(const IdemKey *key, bool has_attempt, int32 attempt,
 	if (SPI_processed != 1)
 		return false;
 	*expires_at = DatumGetTimestampTz(first_row_column(1, &isnull));
+	*lease_expires_at = DatumGetTimestampTz(first_row_column(2, &isnull));
 	return true;
 }
 
@@ -506,7 +566,8 @@ record_forget(const IdemKey *key)
 
 /*
  * Delete up to batch records that expired by now, skipping rows another
- * transaction has locked: a purge never waits for a claim.  *from is where
+ * transaction has locked: a purge never waits for a claim.  A pending claim
+ * whose lease runs is kept, whatever its expiry says.  *from is where
  * in expiry order the batch starts (DT_NOBEGIN: the beginning), and is
  * moved to where the next batch of the same purge may start: without it,
  * every batch would walk again over the index entries of the rows that the

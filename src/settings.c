@@ -5,16 +5,18 @@
  *
  * The rule that matters most: a record must outlive the longest span over
  * which callers retry, or a late retry executes twice.  idem.retention must
- * therefore exceed idem.retry_window.  It is checked in three places:
+ * therefore exceed idem.retry_window.  A configuration that breaks it never
+ * stops the server (a database that does not start is an outage for every
+ * application on it); instead:
  *
- * - when the library is preloaded, once both settings hold the
- *   configuration's values: the server refuses to start;
- * - in check hooks, for values from the configuration file (a reload, or
- *   ALTER SYSTEM): a value that would break the rule against the other
- *   setting's value in force is refused, logged, and the old one stays, so
- *   the rule holds after every step of a reload;
- * - at every claim, since a session or a role may set both (the claim
- *   errors).
+ * - every claim checks the settings in force, and errors (22023) naming
+ *   both values while they break the rule, before it writes anything;
+ * - when the library is preloaded, the postmaster logs a WARNING naming
+ *   both at start, and the purge launcher at every reload;
+ * - ALTER SYSTEM, in a backend that has loaded idem, is refused if the
+ *   pair that the configuration files would then give breaks the rule: the
+ *   other setting's value is read from postgresql.conf and
+ *   postgresql.auto.conf, as the next reload or restart will read it.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,13 +24,19 @@
 
 #include <limits.h>
 
+#include "nodes/parsenodes.h"
+#include "tcop/utility.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
 #include "idem.h"
 
-int			idem_retention = 24 * 60 * 60;
-int			idem_retry_window = 60 * 60;
+/* The defaults of the retention rule's settings, in seconds */
+#define RETENTION_DEFAULT		(24 * 60 * 60)
+#define RETRY_WINDOW_DEFAULT	(60 * 60)
+
+int			idem_retention = RETENTION_DEFAULT;
+int			idem_retry_window = RETRY_WINDOW_DEFAULT;
 int			idem_lease = 5 * 60 * 1000;
 int			idem_purge_interval = 60 * 1000;
 int			idem_purge_batch = 10000;
@@ -37,34 +45,10 @@ bool		idem_log_outcomes = false;
 bool		idem_standby_replay = false;
 char	   *idem_tenant = NULL;
 
-/* Both settings of the retention rule exist: the check hooks may compare */
-static bool settings_defined = false;
-
 /* The largest body a bytea can hold, in kilobytes */
 #define IDEM_MAX_BODY_KB	((int) (MaxAllocSize / 1024))
 
-static bool
-check_retention_rule(int retention, int retry_window, GucSource source)
-{
-	if (!settings_defined || source != PGC_S_FILE || retention > retry_window)
-		return true;
-	GUC_check_errdetail("idem.retention (%ds) must be longer than idem.retry_window (%ds).",
-						retention, retry_window);
-	GUC_check_errhint("The value in force stays.  To move both settings past each other, change them in two steps.");
-	return false;
-}
-
-static bool
-check_retention(int *newval, void **extra, GucSource source)
-{
-	return check_retention_rule(*newval, idem_retry_window, source);
-}
-
-static bool
-check_retry_window(int *newval, void **extra, GucSource source)
-{
-	return check_retention_rule(idem_retention, *newval, source);
-}
+static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /* A tenant binding must be a tenant idem accepts: at most 255 bytes */
 static bool
@@ -86,19 +70,19 @@ settings_init(void)
 							"How long a record is remembered after its claim.",
 							"Must be longer than idem.retry_window.",
 							&idem_retention,
-							24 * 60 * 60, 1, INT_MAX,
+							RETENTION_DEFAULT, 1, INT_MAX,
 							PGC_USERSET,
 							GUC_UNIT_S,
-							check_retention, NULL, NULL);
+							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("idem.retry_window",
 							"The longest span over which callers retry a request.",
 							"Must be shorter than idem.retention.",
 							&idem_retry_window,
-							60 * 60, 1, INT_MAX,
+							RETRY_WINDOW_DEFAULT, 1, INT_MAX,
 							PGC_USERSET,
 							GUC_UNIT_S,
-							check_retry_window, NULL, NULL);
+							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("idem.lease",
 							"How long a committed pending claim answers in_progress before it answers unknown.",
@@ -163,8 +147,6 @@ settings_init(void)
 							   0,
 							   check_tenant, NULL, NULL);
 
-	settings_defined = true;
-
 	MarkGUCPrefixReserved("idem");
 }
 
@@ -185,4 +167,128 @@ settings_check_retention_rule(int elevel)
 					idem_retention, idem_retry_window),
 			 errdetail("A retry that arrives after its record expired would execute the request again."),
 			 errhint("Raise idem.retention or lower idem.retry_window.")));
+}
+
+/* The two settings of the retention rule, as one configuration gives them */
+typedef struct RulePair
+{
+	char	   *retention;		/* NULL: not set there */
+	char	   *retry_window;
+} RulePair;
+
+/* Collect the rule's settings that a configuration file sets, last wins */
+static void
+read_rule_pair(const char *file, RulePair *pair)
+{
+	ConfigVariable *head = NULL;
+	ConfigVariable *tail = NULL;
+
+	(void) ParseConfigFile(file, false, NULL, 0, 0, DEBUG1, &head, &tail);
+	for (ConfigVariable *item = head; item != NULL; item = item->next)
+	{
+		if (pg_strcasecmp(item->name, "idem.retention") == 0)
+			pair->retention = pstrdup(item->value);
+		else if (pg_strcasecmp(item->name, "idem.retry_window") == 0)
+			pair->retry_window = pstrdup(item->value);
+	}
+	FreeConfigVariables(head);
+}
+
+/* A value in seconds, or the default when it is not set or not valid */
+static int
+rule_seconds(const char *value, int boot_value)
+{
+	int			seconds;
+
+	if (value == NULL || !parse_int(value, &seconds, GUC_UNIT_S, NULL))
+		return boot_value;
+	return seconds;
+}
+
+/*
+ * Refuse an ALTER SYSTEM after which the configuration files would give a
+ * retention that does not outlive the retry window.  The pair is what
+ * postgresql.conf (with its includes) and then postgresql.auto.conf give,
+ * with the statement's change applied to the latter: so two ALTER SYSTEM
+ * commands without a reload between them are checked against each other.
+ * Settings from the command line or ALTER DATABASE/ROLE are not seen here;
+ * claims check whatever is in force.
+ */
+static void
+check_alter_system(AlterSystemStmt *stmt)
+{
+	VariableSetStmt *set = stmt->setstmt;
+	bool		all = set->kind == VAR_RESET_ALL;
+	bool		is_retention = !all &&
+		pg_strcasecmp(set->name, "idem.retention") == 0;
+	bool		is_window = !all &&
+		pg_strcasecmp(set->name, "idem.retry_window") == 0;
+	RulePair	conf = {NULL, NULL};
+	RulePair	autoconf = {NULL, NULL};
+	char	   *value = NULL;
+	int			retention;
+	int			retry_window;
+
+	if (!all && !is_retention && !is_window)
+		return;
+
+	read_rule_pair(ConfigFileName, &conf);
+	if (!all)
+		read_rule_pair(PG_AUTOCONF_FILENAME, &autoconf);
+	if (set->kind == VAR_SET_VALUE)
+	{
+		int			seconds;
+
+		value = ExtractSetVariableArgs(set);
+		/* an invalid value is core's to report, with its own message */
+		if (value == NULL || !parse_int(value, &seconds, GUC_UNIT_S, NULL))
+			return;
+	}
+
+	/* RESET and SET DEFAULT drop the line from postgresql.auto.conf */
+	if (is_retention)
+		autoconf.retention = value;
+	else if (is_window)
+		autoconf.retry_window = value;
+
+	retention = rule_seconds(autoconf.retention ? autoconf.retention :
+							 conf.retention, RETENTION_DEFAULT);
+	retry_window = rule_seconds(autoconf.retry_window ? autoconf.retry_window :
+								conf.retry_window, RETRY_WINDOW_DEFAULT);
+	if (retention > retry_window)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("idem.retention (%ds) must be longer than idem.retry_window (%ds)",
+					retention, retry_window),
+			 errdetail("After this ALTER SYSTEM, the configuration files would set idem.retention to %ds and idem.retry_window to %ds.",
+					   retention, retry_window),
+			 errhint("To move both settings past each other, change first the one that keeps the rule.")));
+}
+
+static void
+idem_process_utility(PlannedStmt *pstmt, const char *queryString,
+					 bool readOnlyTree, ProcessUtilityContext context,
+					 ParamListInfo params, QueryEnvironment *queryEnv,
+					 DestReceiver *dest, QueryCompletion *qc)
+{
+	if (IsA(pstmt->utilityStmt, AlterSystemStmt))
+		check_alter_system((AlterSystemStmt *) pstmt->utilityStmt);
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context,
+							 params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+}
+
+/*
+ * Check ALTER SYSTEM in every backend that loads idem: all of them when it
+ * is preloaded.
+ */
+void
+settings_guard_alter_system(void)
+{
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = idem_process_utility;
 }

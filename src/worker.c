@@ -160,6 +160,8 @@ idem_launcher_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			/* no hook runs after a reload: the launcher warns for it */
+			settings_check_retention_rule(WARNING);
 		}
 
 		pgstat_report_activity(STATE_RUNNING, "visiting databases");

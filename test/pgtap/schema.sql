@@ -1,7 +1,7 @@
 -- test/pgtap/schema.sql: idem's schema, function signatures, volatility and
 -- privileges, checked with pgTAP.  Runs in one transaction, rolled back.
 BEGIN;
-SELECT plan(64);
+SELECT plan(67);
 
 -- the table and its indexes
 SELECT has_table('idem_record');
@@ -24,37 +24,39 @@ SELECT is((SELECT count(*)::int FROM pg_index
 		  1, 'the key index is the only unique index');
 
 -- the functions, their result types and volatility
-SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval']);
-SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'text', 'boolean', 'interval']);
-SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'jsonb', 'boolean', 'interval']);
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval']);
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'text', 'boolean', 'interval', 'interval']);
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'jsonb', 'boolean', 'interval', 'interval']);
 SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer']);
 SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'text', 'integer']);
 SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'jsonb', 'integer']);
 SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer']);
 SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'text', 'boolean', 'integer']);
 SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'jsonb', 'boolean', 'integer']);
-SELECT has_function('idem_replay', ARRAY['text', 'text', 'text']);
+SELECT has_function('idem_replay', ARRAY['text', 'text', 'text', 'bytea']);
+SELECT has_function('idem_replay', ARRAY['text', 'text', 'text', 'text']);
+SELECT has_function('idem_replay', ARRAY['text', 'text', 'text', 'jsonb']);
 SELECT has_function('idem_release', ARRAY['text', 'text', 'text', 'integer']);
 SELECT has_function('idem_purge', ARRAY[]::name[]);
 
-SELECT function_returns('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval'], 'record');
-SELECT function_returns('idem_replay', ARRAY['text', 'text', 'text'], 'setof record');
+SELECT function_returns('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval'], 'record');
+SELECT function_returns('idem_replay', ARRAY['text', 'text', 'text', 'bytea'], 'setof record');
 SELECT function_returns('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer'], 'void');
 SELECT function_returns('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'boolean');
 SELECT function_returns('idem_purge', ARRAY[]::name[], 'bigint');
 SELECT is(
 	(SELECT array_agg(n ORDER BY o) FROM pg_proc p,
 		unnest(p.proargnames, p.proargmodes) WITH ORDINALITY AS a(n, m, o)
-	  WHERE p.oid = 'idem_claim(text, text, text, bytea, boolean, interval)'::regprocedure
+	  WHERE p.oid = 'idem_claim(text, text, text, bytea, boolean, interval, interval)'::regprocedure
 		AND m = 'o'),
 	ARRAY['outcome', 'status', 'body', 'attempt', 'created_at', 'expires_at']::text[],
 	'idem_claim returns outcome, status, body, attempt, created_at, expires_at');
 
-SELECT volatility_is('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval'], 'volatile');
+SELECT volatility_is('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval'], 'volatile');
 SELECT volatility_is('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer'], 'volatile');
 SELECT volatility_is('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer'], 'volatile');
 SELECT volatility_is('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'volatile');
-SELECT volatility_is('idem_replay', ARRAY['text', 'text', 'text'], 'stable');
+SELECT volatility_is('idem_replay', ARRAY['text', 'text', 'text', 'bytea'], 'stable');
 SELECT volatility_is('idem_purge', ARRAY[]::name[], 'volatile');
 
 -- every function runs as the owner, with a pinned search_path, and is not
@@ -63,7 +65,7 @@ SELECT is((SELECT count(*)::int FROM pg_proc
 			WHERE pronamespace = 'public'::regnamespace
 			  AND proname IN ('idem_claim', 'idem_complete', 'idem_fail',
 							  'idem_replay', 'idem_release', 'idem_purge')),
-		  12, 'twelve API functions');
+		  14, 'fourteen API functions');
 SELECT is((SELECT count(*)::int FROM pg_proc
 			WHERE pronamespace = 'public'::regnamespace
 			  AND proname IN ('idem_claim', 'idem_complete', 'idem_fail',
@@ -71,7 +73,7 @@ SELECT is((SELECT count(*)::int FROM pg_proc
 							  'idem_list', 'idem_forget')
 			  AND prosecdef AND NOT proisstrict
 			  AND proconfig = ARRAY['search_path=pg_catalog, public, pg_temp']),
-		  14, 'API and operator functions are SECURITY DEFINER, not strict, with search_path pinned');
+		  16, 'API and operator functions are SECURITY DEFINER, not strict, with search_path pinned');
 
 -- the counters: a view for pg_monitor, a reset for admins
 SELECT has_view('idem_stats');
@@ -85,13 +87,14 @@ SELECT table_privs_are('idem_stats', 'pg_monitor', ARRAY['SELECT']);
 -- privileges: PUBLIC may execute the API and may not touch the table
 CREATE ROLE idem_tap_app;
 SELECT table_privs_are('idem_record', 'idem_tap_app', ARRAY[]::text[]);
-SELECT function_privs_are('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval'],
+SELECT table_privs_are('idem_attempt_floor', 'idem_tap_app', ARRAY[]::text[]);
+SELECT function_privs_are('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval'],
 						  'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer'],
 						  'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer'],
 						  'idem_tap_app', ARRAY['EXECUTE']);
-SELECT function_privs_are('idem_replay', ARRAY['text', 'text', 'text'], 'idem_tap_app', ARRAY['EXECUTE']);
+SELECT function_privs_are('idem_replay', ARRAY['text', 'text', 'text', 'bytea'], 'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_purge', ARRAY[]::name[], 'idem_tap_app', ARRAY[]::text[]);
 SELECT function_privs_are('idem_stats_reset', ARRAY[]::name[], 'idem_tap_app', ARRAY[]::text[]);

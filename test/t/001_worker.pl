@@ -1,5 +1,5 @@
-# test/t/001_worker.pl: the background purge, the retention rule at start
-# and reload, and the standby rules.
+# test/t/001_worker.pl: the background purge and the standby rules (the
+# retention rule at start and reload: 011_retention_rule.pl).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -33,7 +33,7 @@ sub make_records
 	$node->safe_psql($db, qq{
 		SET idem.retry_window = '1s';
 		SET idem.retention = '2s';
-		SELECT count(idem_claim('t', 'e', '$prefix-' || i)) FROM generate_series(1, $n) i;
+		SELECT count(idem_claim('t', 'e', '$prefix-' || i, lease => '1s')) FROM generate_series(1, $n) i;
 	});
 	return time() + 2;
 }
@@ -93,32 +93,6 @@ ok( $primary->poll_query_until('db1',
 		q{SELECT count(*) = 0 FROM idem_record WHERE key LIKE 'reload-%'}),
 	'after a reload to 1s they are purged');
 
-# a reload that would break the retention rule is refused and logged; the
-# old value stays in force
-my ($ret, $stdout, $stderr) = $primary->psql('postgres',
-	q{ALTER SYSTEM SET idem.retention = '30min'});
-like($stderr, qr/idem\.retention \(1800s\) must be longer than idem\.retry_window \(3600s\)/,
-	'ALTER SYSTEM refuses a retention shorter than the retry window');
-my $log_offset = -s $primary->logfile;
-$primary->append_conf('postgresql.conf', q{idem.retention = '30min'});
-$primary->reload;
-ok( $primary->wait_for_log(qr/invalid value for parameter "idem\.retention"/, $log_offset),
-	'a reload breaking the rule is refused in the log');
-ok($primary->log_contains(qr/must be longer than idem\.retry_window/, $log_offset),
-	'and the log says which two settings and why');
-is($primary->safe_psql('postgres', 'SHOW idem.retention'), '1d', 'the old retention stays');
-
-# the server refuses to start with retention <= retry window
-$primary->stop;
-$primary->append_conf('postgresql.conf', q{idem.retention = '1h'});
-$log_offset = -s $primary->logfile;
-ok(!$primary->start(fail_ok => 1), 'the server does not start with retention = retry window');
-ok($primary->log_contains(qr/idem\.retention \(3600s\) must be longer than idem\.retry_window \(3600s\)/,
-		$log_offset),
-	'the log names both settings');
-$primary->append_conf('postgresql.conf', q{idem.retention = '1d'});
-$primary->start;
-
 # a standby: no launcher, no decisions; after promotion it purges
 $primary->safe_psql('postgres', q{ALTER SYSTEM SET idem.purge_interval = '1h'});
 $primary->reload;
@@ -132,7 +106,7 @@ make_records($primary, 'db1', 'failover', 20);
 $primary->wait_for_catchup($standby);
 
 is($standby->safe_psql('postgres', launchers(0)), 't', 'no launcher on a standby');
-($ret, $stdout, $stderr) = $standby->psql('db1', q{SELECT idem_claim('t', 'e', 'x')});
+my ($ret, $stdout, $stderr) = $standby->psql('db1', q{SELECT idem_claim('t', 'e', 'x')});
 like($stderr, qr/cannot call idem_claim\(\) during recovery/, 'a standby refuses claims');
 like($stderr, qr/need the primary/, 'and says to use the primary');
 
