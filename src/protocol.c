@@ -269,7 +269,10 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 
 	for (;;)
 	{
-		RecordProbe found = record_probe(key, wait, &rec);
+		RecordProbe found;
+
+		CHECK_FOR_INTERRUPTS();
+		found = record_probe(key, wait, &rec);
 
 		if (found == RECORD_BUSY)
 		{
@@ -443,7 +446,10 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 
 	for (;;)
 	{
-		bool		found = record_probe(key, true, &rec) == RECORD_FOUND;
+		bool		found;
+
+		CHECK_FOR_INTERRUPTS();
+		found = record_probe(key, true, &rec) == RECORD_FOUND;
 
 		check_version(key, have_snap, &snap, found, &rec);
 		if (!found || record_expired(&rec, now))

@@ -60,6 +60,7 @@
 #include "commands/defrem.h"
 #include "catalog/pg_collation.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -182,12 +183,17 @@ look_up_tables(void)
 		callback_registered = true;
 	}
 
-	/* also prepares the SQL statements, which fail without the table */
-	sql_open(CurrentMemoryContext);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
 	schema = sql_extension_schema();
-	tables.record = get_relname_relid("idem_record", schema);
+	tables.record = OidIsValid(schema) ?
+		get_relname_relid("idem_record", schema) : InvalidOid;
+	if (!OidIsValid(tables.record))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
 	tables.distributed = sql_distributed(tables.record);
-	sql_close();
+	SPI_finish();
 
 	tables.floor = get_relname_relid("idem_attempt_floor", schema);
 	if (!OidIsValid(tables.floor))

@@ -189,7 +189,8 @@ sql_invalidate(Datum arg, Oid relid)
 
 /*
  * The schema the extension lives in, wherever the DBA put it; InvalidOid if
- * the extension is not installed in this database.
+ * the extension is not installed in this database.  The caller is
+ * connected to SPI.
  */
 Oid
 sql_extension_schema(void)
@@ -278,7 +279,8 @@ prepare_plans(void)
 /*
  * Whether relid is a table that Citus distributes: then the local table is
  * a shell, and only SQL reaches its rows.  Asked once per relcache
- * invalidation of idem_record (distributing it invalidates it).
+ * invalidation of idem_record (distributing it invalidates it).  Needs a
+ * connection to SPI, as sql_extension_schema does.
  */
 bool
 sql_distributed(Oid relid)
