@@ -148,7 +148,7 @@ sub check_binding
 	{
 		($ret, $out, $err) = $node->psql($db, $call, connstr => $connstr,
 			extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-		like($err, qr/ERROR:  42501: permission denied for idem tenant "$other"/,
+		like($err, qr/ERROR:  42501: .*"$other"/,
 			"$when: $role is refused $call");
 	}
 	($ret, $out, $err) = $node->psql($db,
@@ -180,8 +180,10 @@ check_binding('upgraded', 'app_globex', 'globex', 'acme', 'updated');
 #
 # ---- what the current version adds: the new functions and arguments ----
 #
-# Each check runs in both the updated and the fresh database.  Extend this
-# section with every function, argument or column the version adds.
+# check_current_api runs in the updated database here and in the fresh one
+# below.  Extend it with every function, argument or column the version
+# adds, so that each is shown to work after an upgrade as after a fresh
+# install.
 sub check_current_api
 {
 	my ($db) = @_;
@@ -323,8 +325,11 @@ sub member_dump
 {
 	my ($db) = @_;
 	my $file = $node->basedir . "/$db-binary-upgrade.sql";
+	# planner statistics (which 18 and later can dump) are data, not schema
+	my @no_stats = `pg_dump --help` =~ /--no-statistics/ ? ('--no-statistics') : ();
 	$node->command_ok(
-		[ 'pg_dump', '--schema-only', '--binary-upgrade', '-f', $file, '-d', $node->connstr($db) ],
+		[ 'pg_dump', '--schema-only', '--binary-upgrade', @no_stats, '-f', $file,
+		  '-d', $node->connstr($db) ],
 		"pg_dump --binary-upgrade of $db");
 	my @statements = grep {
 		!/binary_upgrade_set_next_|relfrozenxid|relminmxid|datfrozenxid|pg\.dropped/
