@@ -8,8 +8,8 @@
 # CREATE EXTENSION idem: compared object by object over the extension's
 # members, and again over a binary-upgrade pg_dump of each database, so that
 # any difference between idem--<version>.sql and the upgrade scripts fails
-# here.  Last, a pg_dump of the updated database restores into a fresh
-# install with every record.
+# here.  Last, a pg_dump of the updated database, and one of the 0.1.0
+# database, restore into a fresh install with every record.
 use strict;
 use warnings;
 use File::Basename qw(dirname);
@@ -158,6 +158,11 @@ sub check_binding
 }
 check_binding('upgraded', 'app_acme', 'acme', 'globex', '0.1.0');
 check_binding('upgraded', 'app_globex', 'globex', 'acme', '0.1.0');
+
+# a dump of the 0.1.0 database, to restore where only the new version is
+my $dump_010 = $node->basedir . '/upgraded-0.1.0.dump';
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump_010, '-d', $node->connstr('upgraded') ],
+	'pg_dump of the 0.1.0 database');
 
 #
 # the update
@@ -394,6 +399,21 @@ is($node->safe_psql('restored', $outcomes), $expected_outcomes,
 	'and answers as before');
 same_text($node->safe_psql('restored', $catalog), $fresh_catalog,
 	'the restored extension has the catalog objects of a fresh install');
+
+# and a 0.1.0 dump restores into a fresh install too (a move to a new
+# server): the new columns take their defaults
+$node->safe_psql('postgres', q{
+	CREATE DATABASE restored_010;
+	ALTER DATABASE restored_010 SET search_path = public, idem;
+});
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored_010'), $dump_010 ],
+	'pg_restore of the 0.1.0 dump into a new database');
+is($node->safe_psql('restored_010', q{SELECT extversion FROM pg_extension WHERE extname = 'idem'}),
+	$version, "the restore of the 0.1.0 dump installs idem $version");
+is($node->safe_psql('restored_010', $records), $before{records},
+	'every 0.1.0 record is restored as it was');
+is($node->safe_psql('restored_010', $claims), $before{claims},
+	'and every claim answers as before');
 
 $node->stop;
 done_testing();
