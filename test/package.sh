@@ -23,7 +23,6 @@
 # as the postgres user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 
 say() { printf 'idem: %s\n' "$*"; }
 is_root() { [ "$(id -u)" = 0 ]; }
