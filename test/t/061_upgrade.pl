@@ -18,12 +18,12 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+# The 0.1.0 era runs without idem preloaded, so that the sessions that bind
+# roles the 0.1.0 way (a role setting of idem.tenant) never load the
+# library installed now, which is the new version's.
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
-$node->append_conf('postgresql.conf', q{
-shared_preload_libraries = 'idem'
-idem.purge_interval = '1h'
-});
+$node->append_conf('postgresql.conf', q{idem.purge_interval = '1h'});
 $node->start;
 
 my $version = slurp_file(dirname(__FILE__) . '/../../idem.control') =~ /^default_version = '(.*)'/m
@@ -43,49 +43,71 @@ for my $db (qw(upgraded fresh))
 #
 # 0.1.0, filled the way 0.1.0 was used
 #
-$node->safe_psql('upgraded', q{CREATE EXTENSION idem SCHEMA idem VERSION '0.1.0'});
-is($node->safe_psql('upgraded', q{SELECT extversion FROM pg_extension WHERE extname = 'idem'}),
-	'0.1.0', 'idem 0.1.0 is installed');
-$node->safe_psql('upgraded', q{
-	-- succeeded, with a jsonb fingerprint and a binary body
-	SELECT idem_claim('acme', 'POST /orders', 'done', '{"qty": 1}'::jsonb);
-	SELECT idem_complete('acme', 'POST /orders', 'done', 201, '\x00ff7b7d'::bytea);
-	-- succeeded, with a text fingerprint and a jsonb body
-	SELECT idem_claim('acme', 'POST /orders', 'json', 'text request');
-	SELECT idem_complete('acme', 'POST /orders', 'json', 200, '{"b": [1, 2], "a": "x"}'::jsonb);
-	-- failed, not retryable: replayed
-	SELECT idem_claim('acme', 'POST /orders', 'declined');
-	SELECT idem_fail('acme', 'POST /orders', 'declined', 402, 'card declined');
-	-- pending within its lease, and pending with a lease that runs out
-	SELECT idem_claim('acme', 'POST /pay', 'pending', lease => '1 h');
-	SELECT idem_claim('acme', 'POST /pay', 'stale', lease => '1 ms');
-	-- failed retryably: executes again as attempt 2
-	SELECT idem_claim('globex', 'POST /orders', 'retry');
-	SELECT idem_fail('globex', 'POST /orders', 'retry', 503, 'later', retryable => true);
-	-- released: executes again as attempt 2
-	SELECT idem_claim('globex', 'POST /orders', 'released');
-	SELECT idem_release('globex', 'POST /orders', 'released', 1);
-	-- succeeded on its second attempt, fenced by that attempt
-	SELECT idem_claim('globex', 'POST /orders', 'second');
-	SELECT idem_fail('globex', 'POST /orders', 'second', 500, 'oops', true, 1);
-	SELECT idem_claim('globex', 'POST /orders', 'second');
-	SELECT idem_complete('globex', 'POST /orders', 'second', 200, 'ok', 2);
-	-- a batch of pending claims
-	SELECT count(idem_claim('bulk', 'POST /import', 'row-' || i, lease => '1 h'))
-	  FROM generate_series(1, 500) i;
-
-	-- roles bound the 0.1.0 way, for every database and for this one
+# roles bound the 0.1.0 way, for every database and for one
+$node->safe_psql('postgres', q{
 	CREATE ROLE app_acme LOGIN;
 	ALTER ROLE app_acme SET idem.tenant = 'acme';
 	CREATE ROLE app_globex LOGIN;
 	ALTER ROLE app_globex IN DATABASE upgraded SET idem.tenant = 'globex';
-	GRANT USAGE ON SCHEMA idem TO app_acme, app_globex;
-	GRANT SELECT ON idem.idem_record TO app_acme, app_globex;
-	SELECT pg_sleep(0.1);
 });
 
-# What each key answers.  The claims run in a transaction that rolls back,
-# so they change nothing; a new claim's own timestamps are left out.
+$node->safe_psql('upgraded', q{CREATE EXTENSION idem SCHEMA idem VERSION '0.1.0'});
+is($node->safe_psql('upgraded', q{SELECT extversion FROM pg_extension WHERE extname = 'idem'}),
+	'0.1.0', 'idem 0.1.0 is installed');
+
+# The records, as rows of 0.1.0's table, the way 0.1.0's library wrote them
+# (the library installed now is the new version's, which may need the new
+# version's objects): the fingerprint is the SHA-256 of the request (jsonb
+# in its canonical text), a jsonb body its canonical text, a release a
+# retryable failure without a response, a re-claim the next attempt.  All
+# were claimed at $t0 with the default retention of 24 hours.
+my $t0 = $node->safe_psql('upgraded', q{SELECT date_trunc('second', now() - interval '1 min')});
+$node->safe_psql('upgraded', qq{
+	INSERT INTO idem.idem_record (tenant, endpoint, key, state, retryable, fingerprint,
+			status, body, attempt, created_at, claimed_at, lease_expires_at, finished_at,
+			expires_at)
+	SELECT t, e, k, st, r, fp, s, b, a, t0, t0, t0 + lease, f, t0 + interval '24 h'
+	  FROM (SELECT '$t0'::timestamptz) AS base(t0),
+		   LATERAL (VALUES
+		-- succeeded, with a jsonb fingerprint and a binary body
+		('acme', 'POST /orders', 'done', 'succeeded', false,
+		 sha256(convert_to('{"qty": 1}', 'UTF8')), 201, '\\x00ff7b7d'::bytea, 1,
+		 interval '5 min', t0 + interval '1 s'),
+		-- succeeded, with a text fingerprint and a jsonb body
+		('acme', 'POST /orders', 'json', 'succeeded', false,
+		 sha256(convert_to('text request', 'UTF8')), 200,
+		 convert_to('{"a": "x", "b": [1, 2]}', 'UTF8'), 1, interval '5 min', t0 + interval '1 s'),
+		-- failed, not retryable: replayed
+		('acme', 'POST /orders', 'declined', 'failed', false, NULL, 402,
+		 convert_to('card declined', 'UTF8'), 1, interval '5 min', t0 + interval '1 s'),
+		-- pending within its lease, and pending after its lease ran out
+		('acme', 'POST /pay', 'pending', 'pending', false, NULL, NULL, NULL, 1,
+		 interval '1 h', NULL),
+		('acme', 'POST /pay', 'stale', 'pending', false, NULL, NULL, NULL, 1,
+		 interval '1 ms', NULL),
+		-- failed retryably: executes again as attempt 2
+		('globex', 'POST /orders', 'retry', 'failed', true, NULL, 503,
+		 convert_to('later', 'UTF8'), 1, interval '5 min', t0 + interval '1 s'),
+		-- released: executes again as attempt 2
+		('globex', 'POST /orders', 'released', 'failed', true, NULL, NULL, NULL, 1,
+		 interval '5 min', t0 + interval '1 s'),
+		-- succeeded on its second attempt
+		('globex', 'POST /orders', 'second', 'succeeded', false, NULL, 200,
+		 convert_to('ok', 'UTF8'), 2, interval '5 min', t0 + interval '2 s'))
+		AS v(t, e, k, st, r, fp, s, b, a, lease, f)
+	UNION ALL
+	-- a batch of pending claims
+	SELECT 'bulk', 'POST /import', 'row-' || i, 'pending', false, NULL, NULL, NULL, 1,
+		   t0, t0, t0 + interval '1 h', NULL, t0 + interval '24 h'
+	  FROM (SELECT '$t0'::timestamptz) AS base(t0), generate_series(1, 500) i;
+
+	GRANT USAGE ON SCHEMA idem TO app_acme, app_globex;
+	GRANT SELECT ON idem.idem_record TO app_acme, app_globex;
+});
+
+# What each key answers: outcome, status, body, attempt, and whether the
+# record's timestamps come back (a new claim's own are left out).  The
+# claims run in a transaction that rolls back, so they change nothing.
 my $keys = q{(VALUES (1, 'acme', 'POST /orders', 'done', '{"qty": 1}'::jsonb),
 		(2, 'acme', 'POST /orders', 'done', '{"qty": 2}'),
 		(3, 'acme', 'POST /orders', 'json', NULL),
@@ -97,37 +119,33 @@ my $keys = q{(VALUES (1, 'acme', 'POST /orders', 'done', '{"qty": 1}'::jsonb),
 		(9, 'globex', 'POST /orders', 'second', NULL),
 		(10, 'bulk', 'POST /import', 'row-500', NULL),
 		(11, 'acme', 'POST /orders', 'new', NULL)) AS v(n, t, e, k, fp)};
-my $claims = qq{BEGIN;
-	SELECT n, c.outcome, c.status, encode(c.body, 'escape'), c.attempt,
-		   CASE WHEN c.outcome <> 'claimed' THEN c.created_at END,
-		   CASE WHEN c.outcome <> 'claimed' THEN c.expires_at END
-	  FROM $keys, LATERAL idem_claim(t, e, k, fp) c ORDER BY n;
-	ROLLBACK;};
-my $replays = qq{SELECT n, r.outcome, r.status, encode(r.body, 'escape'), r.attempt,
-		   r.created_at, r.expires_at
-	  FROM $keys, LATERAL idem_replay(t, e, k) r ORDER BY n};
+sub answer
+{
+	my ($c) = @_;
+	return qq{string_agg(concat_ws(':', n, $c.outcome, coalesce($c.status::text, '-'),
+			coalesce(encode($c.body, 'escape'), '-'), $c.attempt,
+			CASE WHEN $c.outcome = 'claimed' THEN '-'
+				 WHEN $c.created_at = '$t0' AND $c.expires_at = '$t0'::timestamptz + interval '24 h'
+				 THEN 'kept' ELSE 'CHANGED' END), ' ' ORDER BY n)};
+}
+my $claims = 'BEGIN; SELECT ' . answer('c') . " FROM $keys, LATERAL idem_claim(t, e, k, fp) c; ROLLBACK;";
+my $replays = 'SELECT ' . answer('r') . " FROM $keys, LATERAL idem_replay(t, e, k) r";
+my $expected_claims = join(' ',
+	'1:replay:201:\\000\\377{}:1:kept', '2:mismatch:-:-:1:kept',
+	'3:replay:200:{"a": "x", "b": [1, 2]}:1:kept', '4:replay:402:card declined:1:kept',
+	'5:in_progress:-:-:1:kept', '6:unknown:-:-:1:kept', '7:claimed:-:-:2:-',
+	'8:claimed:-:-:2:-', '9:replay:200:ok:2:kept', '10:in_progress:-:-:1:kept',
+	'11:claimed:-:-:1:-');
+my $expected_replays = join(' ',
+	'1:replay:201:\\000\\377{}:1:kept', '2:replay:201:\\000\\377{}:1:kept',
+	'3:replay:200:{"a": "x", "b": [1, 2]}:1:kept', '4:replay:402:card declined:1:kept',
+	'5:in_progress:-:-:1:kept', '6:unknown:-:-:1:kept', '9:replay:200:ok:2:kept',
+	'10:in_progress:-:-:1:kept');
 my $records = q{SELECT tenant, endpoint, key, state, retryable, encode(fingerprint, 'hex'),
 		   status, encode(body, 'hex'), attempt, created_at, claimed_at,
 		   lease_expires_at, finished_at, expires_at
 	  FROM idem.idem_record ORDER BY 1, 2, 3};
-
-# the outcomes by themselves, so that "as before" cannot mean "as wrong"
-my $outcomes = qq{BEGIN;
-	SELECT string_agg(c.outcome || ':' || coalesce(c.status::text, '-') || ':' ||
-					  coalesce(encode(c.body, 'escape'), '-') || ':' || c.attempt, ' ' ORDER BY n)
-	  FROM $keys, LATERAL idem_claim(t, e, k, fp) c;
-	ROLLBACK;};
-my $expected_outcomes = join(' ',
-	'replay:201:\\000\\377{}:1', 'mismatch:-:-:1', 'replay:200:{"a": "x", "b": [1, 2]}:1',
-	'replay:402:card declined:1', 'in_progress:-:-:1', 'unknown:-:-:1', 'claimed:-:-:2',
-	'claimed:-:-:2', 'replay:200:ok:2', 'in_progress:-:-:1', 'claimed:-:-:1');
-is($node->safe_psql('upgraded', $outcomes), $expected_outcomes,
-	'0.1.0: every kind of record answers its outcome');
-
-my %before = (
-	claims => $node->safe_psql('upgraded', $claims),
-	replays => $node->safe_psql('upgraded', $replays),
-	records => $node->safe_psql('upgraded', $records));
+my %before = (records => $node->safe_psql('upgraded', $records));
 
 # A bound role: its own tenant, and a refusal (42501) for any other, by
 # every function and through the table.
@@ -156,13 +174,37 @@ sub check_binding
 		connstr => $connstr);
 	is($out, '0|t', "$when: $role reads only its tenant's rows in idem_record");
 }
-check_binding('upgraded', 'app_acme', 'acme', 'globex', '0.1.0');
-check_binding('upgraded', 'app_globex', 'globex', 'acme', '0.1.0');
 
 # a dump of the 0.1.0 database, to restore where only the new version is
 my $dump_010 = $node->basedir . '/upgraded-0.1.0.dump';
 $node->command_ok([ 'pg_dump', '-Fc', '-f', $dump_010, '-d', $node->connstr('upgraded') ],
 	'pg_dump of the 0.1.0 database');
+
+#
+# The new package is installed and the server restarted with idem preloaded;
+# until ALTER EXTENSION idem UPDATE, the new library serves the 0.1.0
+# objects.  It may refuse, but with an ERROR: no call takes the server down.
+#
+$node->append_conf('postgresql.conf', q{shared_preload_libraries = 'idem'});
+$node->restart;
+for my $call (
+	q{SELECT * FROM idem_claim('acme', 'POST /orders', 'done')},
+	q{SELECT * FROM idem_claim('acme', 'POST /orders', 'between')},
+	q{SELECT * FROM idem_replay('acme', 'POST /orders', 'done')},
+	q{SELECT idem_complete('acme', 'POST /pay', 'pending', 200, 'x')},
+	q{SELECT idem_fail('acme', 'POST /pay', 'pending', 500, 'x', true)},
+	q{SELECT idem_release('acme', 'POST /pay', 'pending')},
+	q{SELECT count(*) FROM idem_list('acme')},
+	q{SELECT idem_purge()},
+	q{SELECT count(*) FROM idem_stats})
+{
+	my ($ret, $out, $err) = $node->psql('upgraded', "BEGIN; $call; ROLLBACK;");
+	unlike($err, qr/server closed the connection|PANIC|FATAL/,
+		"before the update: $call answers or errors");
+	is($node->safe_psql('upgraded', 'SELECT 1'), '1', 'and the server is up');
+}
+is($node->safe_psql('upgraded', $records), $before{records},
+	'before the update: no record changed');
 
 #
 # the update
@@ -171,12 +213,10 @@ $node->safe_psql('upgraded', 'ALTER EXTENSION idem UPDATE');
 is($node->safe_psql('upgraded', q{SELECT extversion FROM pg_extension WHERE extname = 'idem'}),
 	$version, "ALTER EXTENSION idem UPDATE reaches $version");
 
-is($node->safe_psql('upgraded', $outcomes), $expected_outcomes,
-	'updated: every kind of record answers its outcome');
-is($node->safe_psql('upgraded', $claims), $before{claims},
-	'updated: every claim answers as before, timestamps included');
-is($node->safe_psql('upgraded', $replays), $before{replays},
-	'updated: every idem_replay answers as before');
+is($node->safe_psql('upgraded', $claims), $expected_claims,
+	'updated: every claim answers as 0.1.0 did, timestamps included');
+is($node->safe_psql('upgraded', $replays), $expected_replays,
+	'updated: every idem_replay answers as 0.1.0 did');
 is($node->safe_psql('upgraded', $records), $before{records},
 	'updated: every record keeps its columns');
 check_binding('upgraded', 'app_acme', 'acme', 'globex', 'updated');
@@ -395,7 +435,7 @@ is($node->safe_psql('restored', q{SELECT extversion FROM pg_extension WHERE extn
 my $all_records = q{SELECT to_jsonb(r) FROM idem.idem_record r ORDER BY tenant, endpoint, key};
 is($node->safe_psql('restored', $all_records), $node->safe_psql('upgraded', $all_records),
 	'every record is restored, every column as it was');
-is($node->safe_psql('restored', $outcomes), $expected_outcomes,
+is($node->safe_psql('restored', $claims), $expected_claims,
 	'and answers as before');
 same_text($node->safe_psql('restored', $catalog), $fresh_catalog,
 	'the restored extension has the catalog objects of a fresh install');
@@ -412,8 +452,10 @@ is($node->safe_psql('restored_010', q{SELECT extversion FROM pg_extension WHERE 
 	$version, "the restore of the 0.1.0 dump installs idem $version");
 is($node->safe_psql('restored_010', $records), $before{records},
 	'every 0.1.0 record is restored as it was');
-is($node->safe_psql('restored_010', $claims), $before{claims},
+is($node->safe_psql('restored_010', $claims), $expected_claims,
 	'and every claim answers as before');
 
+unlike(slurp_file($node->logfile), qr/was terminated by signal|PANIC/,
+	'no server process crashed');
 $node->stop;
 done_testing();
