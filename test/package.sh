@@ -84,9 +84,10 @@ build_dist() {
 	local meta
 	meta=$(perl -MJSON::PP -e '
 		my $m = decode_json(do { local $/; <STDIN> });
-		print "$m->{version} $m->{provides}{idem}{version}";' <META.json)
-	if [ "$meta" != "$VERSION $VERSION" ]; then
-		say "META.json says version ${meta% *} and provides idem ${meta#* }, but idem.control says $VERSION"
+		my $p = $m->{provides}{idem};
+		print "$m->{version} $p->{version} $p->{file}";' <META.json)
+	if [ "$meta" != "$VERSION $VERSION idem--$VERSION.sql" ]; then
+		say "META.json says \"$meta\" (version, provided version, file), but idem.control says $VERSION"
 		exit 1
 	fi
 	if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
