@@ -50,6 +50,18 @@ typedef enum FingerprintKind
 /* The row type of idem_claim and idem_replay, built once per backend */
 static TupleDesc answer_desc = NULL;
 
+/*
+ * Whether an optional argument was given and is not NULL.  Between
+ * installing a new library and ALTER EXTENSION idem UPDATE, the previous
+ * version's SQL definitions call these functions with fewer arguments:
+ * an argument they lack is never read.
+ */
+static inline bool
+arg_given(FunctionCallInfo fcinfo, int argno)
+{
+	return PG_NARGS() > argno && !PG_ARGISNULL(argno);
+}
+
 static void
 require_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
 {
@@ -196,7 +208,7 @@ fingerprint_from_arg(FunctionCallInfo fcinfo, int argno, FingerprintKind kind,
 					 IdemFingerprint *fp)
 {
 	fp->present = false;
-	if (PG_ARGISNULL(argno))
+	if (!arg_given(fcinfo, argno))
 		return;
 	if (kind == FP_JSONB)
 		fingerprint_jsonb(PG_GETARG_DATUM(argno), fp);
@@ -224,7 +236,7 @@ claim(FunctionCallInfo fcinfo, FingerprintKind kind)
 	fingerprint_from_arg(fcinfo, 3, kind, &fp);
 	wait = bool_from_arg(fcinfo, 4, "wait");
 	lease = PG_ARGISNULL(5) ? NULL : PG_GETARG_INTERVAL_P(5);
-	retention = PG_ARGISNULL(6) ? NULL : PG_GETARG_INTERVAL_P(6);
+	retention = arg_given(fcinfo, 6) ? PG_GETARG_INTERVAL_P(6) : NULL;
 
 	protocol_claim(&key, &fp, wait, lease, retention, &answer);
 	return HeapTupleGetDatum(answer_tuple(fcinfo, &answer));
