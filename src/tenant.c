@@ -12,8 +12,10 @@
  * A call acts on behalf of up to three roles: the session user, the role
  * chosen by SET ROLE, and the current user (the owner of the innermost
  * security definer function).  A role is bound by its own binding and by
- * those of every role it is a member of, directly or indirectly, whatever
- * the membership's INHERIT option.  Every bound role among the three
+ * those of every role whose privileges it has, as PostgreSQL counts them
+ * (membership with INHERIT, directly or indirectly; a superuser's
+ * privileges over every role do not count).  A member that does not
+ * inherit is bound once it uses SET ROLE.  Every bound role among the three
  * restricts the call to its tenant, so neither SET ROLE to another role
  * nor a security definer function of an unbound role lifts a binding, and a
  * security definer function of a bound role is bound even for an unbound
@@ -174,7 +176,7 @@ refuse_undetermined(const char *tenant)
 
 /*
  * Read the bindings that apply to roleid from idem_binding: its own and
- * those of every role it is a member of.  The table is read directly, not
+ * those of every role whose privileges it inherits.  The table is read directly, not
  * through SQL, so no privilege, policy or search_path of the caller plays a
  * part, with the latest snapshot, so a binding committed before this call
  * holds in it.
@@ -186,6 +188,7 @@ read_binding(Oid relid, Oid roleid, RoleBinding *entry, const char *tenant)
 	Snapshot	snapshot;
 	SysScanDesc scan;
 	HeapTuple	tuple;
+	bool		is_superuser = superuser_arg(roleid);
 
 	entry->kind = BINDING_NONE;
 	rel = try_table_open(relid, AccessShareLock);
@@ -203,7 +206,9 @@ read_binding(Oid relid, Oid roleid, RoleBinding *entry, const char *tenant)
 		heap_deform_tuple(tuple, RelationGetDescr(rel), values, nulls);
 		if (nulls[0] || nulls[1])
 			continue;
-		if (!is_member_of_role_nosuper(roleid, DatumGetObjectId(values[0])))
+		if (DatumGetObjectId(values[0]) != roleid &&
+			(is_superuser ||
+			 !has_privs_of_role(roleid, DatumGetObjectId(values[0]))))
 			continue;
 		bound = DatumGetTextPP(values[1]);
 		len = Min(VARSIZE_ANY_EXHDR(bound), IDEM_MAX_KEY_BYTES);
@@ -327,7 +332,7 @@ current_restriction(const char *tenant)
 					 tenant ?
 					 errmsg("permission denied for idem tenant \"%s\"", tenant) :
 					 errmsg("permission denied for idem tenants"),
-					 errdetail("Role \"%s\" is bound to idem tenants \"%s\" and \"%s\", through the roles it is a member of.",
+					 errdetail("Role \"%s\" is bound to idem tenants \"%s\" and \"%s\", through the roles whose privileges it has.",
 							   role_name(roles[i]), b.tenant, b.other)));
 		if (r.restricted &&
 			(b.len != r.by.len || memcmp(b.tenant, r.by.tenant, b.len) != 0))
