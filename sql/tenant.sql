@@ -127,6 +127,17 @@ SET LOCAL ROLE regress_acme;
 SELECT outcome FROM idem_claim('globex', 'POST /orders', 'g1');
 ROLLBACK;
 
+-- the bindings are read once per role and cached: fifty calls scan nothing
+SET ROLE regress_acme;
+SELECT idem_tenant();
+BEGIN;
+SELECT pg_stat_get_xact_numscans('idem_binding'::regclass) AS scans_before \gset
+SELECT count(*) FROM generate_series(1, 50) i,
+	idem_replay('acme', 'POST /orders', 'a' || (i % 2 + 1)) r;
+SELECT pg_stat_get_xact_numscans('idem_binding'::regclass) - :scans_before AS binding_scans;
+COMMIT;
+RESET ROLE;
+
 -- a role that inherits a bound role's privileges is bound; one that does
 -- not inherit them has neither them nor the binding
 CREATE ROLE regress_acme_member IN ROLE regress_acme;
