@@ -36,10 +36,15 @@ $node->safe_psql('postgres', q{
 	ALTER ROLE app_empty SET idem.tenant = 'globex';
 	ALTER ROLE app_empty IN DATABASE app SET idem.tenant = '';
 });
-$node->safe_psql('app', q{
-	CREATE EXTENSION idem VERSION '0.1.0';
-	ALTER EXTENSION idem UPDATE TO '0.2.0';
-});
+$node->safe_psql('app', q{CREATE EXTENSION idem VERSION '0.1.0'});
+
+# until the update, this library cannot read bindings there: it refuses
+my ($ret, $out, $err) = $node->psql('app',
+	q{SELECT outcome FROM idem_claim('acme', 'POST /orders', 'early')},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/ERROR:  42501: permission denied for idem tenant "acme"\nDETAIL:  The tenant bindings of extension "idem" cannot be read in this database\./,
+	'before ALTER EXTENSION UPDATE every call is refused with 42501');
+$node->safe_psql('app', q{ALTER EXTENSION idem UPDATE TO '0.2.0'});
 is($node->safe_psql('app', q{SELECT role, tenant FROM idem_binding ORDER BY role::text}),
 	"app_acme|acme\napp_db|initech",
 	'the upgrade binds the roles that idem.tenant bound in this database');
@@ -264,7 +269,6 @@ sub through_bouncer
 	return ($out, $err);
 }
 
-my ($out, $err);
 for (1 .. 50)
 {
 	($out, $err) = through_bouncer('SELECT 1');
@@ -318,7 +322,6 @@ $node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('resto
 	'pg_restore');
 is($node->safe_psql('restored', q{SELECT role, tenant FROM idem_binding ORDER BY role::text}),
 	"app_acme|acme\napp_db|initech", 'the bindings are restored');
-my $ret;
 ($ret, $out, $err) = $node->psql('restored',
 	q{SELECT outcome FROM idem_replay('globex', 'POST /orders', 'g1')},
 	extra_params => [ '-U', 'app_acme', '-v', 'VERBOSITY=verbose' ]);
