@@ -68,7 +68,7 @@ PG_FUNCTION_INFO_V1(idem_binding_changed);
 /* What the bindings say about one role */
 typedef enum BindingKind
 {
-	BINDING_NONE,				/* neither it nor a role it is in is bound */
+	BINDING_NONE,				/* no binding applies to it */
 	BINDING_ONE,				/* bound to exactly one tenant */
 	BINDING_CONFLICT			/* bound to several tenants */
 } BindingKind;
