@@ -277,16 +277,19 @@ for (1 .. 50)
 }
 is($out, '1', 'PgBouncer runs in front of the server');
 
-for my $call (@refused)
+for my $set ('SET LOCAL ROLE app_acme;', 'SET ROLE app_acme;')
 {
-	($out, $err) = through_bouncer("BEGIN; SET LOCAL ROLE app_acme; $call; COMMIT;");
-	is($out, '', "PgBouncer, SET LOCAL ROLE app_acme: no answer of $call");
-	like($err, qr/ERROR:  42501: permission denied for idem tenant "globex"/, 'refused with 42501');
-}
-for my $call (@no_rows)
-{
-	($out, $err) = through_bouncer("BEGIN; SET LOCAL ROLE app_acme; $call; COMMIT;");
-	is($out, '0', "PgBouncer, SET LOCAL ROLE app_acme: no row by $call");
+	for my $call (@refused)
+	{
+		($out, $err) = through_bouncer("BEGIN; $set $call; RESET ROLE; COMMIT;");
+		is($out, '', "PgBouncer, $set no answer of $call");
+		like($err, qr/ERROR:  42501: permission denied for idem tenant "globex"/, 'refused with 42501');
+	}
+	for my $call (@no_rows)
+	{
+		($out, $err) = through_bouncer("BEGIN; $set $call; RESET ROLE; COMMIT;");
+		is($out, '0', "PgBouncer, $set no row by $call");
+	}
 }
 ($out, $err) = through_bouncer(q{BEGIN; SET LOCAL ROLE app_acme;
 	SELECT convert_from(body, 'UTF8') FROM idem_replay('acme', 'POST /orders', 'a1'); COMMIT;});
