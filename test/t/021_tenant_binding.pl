@@ -95,8 +95,9 @@ $node->safe_psql('app', q{
 	RESET ROLE;
 });
 
-# every call on globex's keys: a refusal is expected of the first ones,
-# no row of the table read paths
+# every call on globex's keys: a refusal is expected of the functions, no
+# row of the table read paths (run first in a session, so that one of them
+# is the session's first use of idem)
 my @refused = (
 	q{SELECT outcome FROM idem_claim('globex', 'POST /orders', 'g1')},
 	q{SELECT outcome FROM idem_claim('globex', 'POST /orders', 'new')},
@@ -131,7 +132,7 @@ sub check_session
 	my ($user, $options, $prefix, $template) = @_;
 	my $script = "$prefix\n";
 	my $i = 0;
-	for my $call (@refused, @no_rows)
+	for my $call (@no_rows, @refused)
 	{
 		$script .= "\\echo ==$i\n\\warn ==$i\n" . sprintf($template, $call) . "\n";
 		$i++;
@@ -151,20 +152,21 @@ sub check_session
 	my @problems;
 	my @outs = split /^==\S+\n?/m, $out;
 	my @errs = split /^==\S+\n?/m, $err;
-	for my $n (0 .. $#refused + @no_rows)
+	for my $n (0 .. $#no_rows + @refused)
 	{
 		my ($o, $e) = ($outs[ $n + 1 ] // '', $errs[ $n + 1 ] // '');
-		my $call = ($n <= $#refused) ? $refused[$n] : $no_rows[ $n - @refused ];
+		my $read = $n <= $#no_rows;
+		my $call = $read ? $no_rows[$n] : $refused[ $n - @no_rows ];
 		$o =~ s/^(t|f)\n// if $template =~ /set_config/;
-		if ($n <= $#refused)
+		if ($read)
+		{
+			push @problems, "$call: \"$o\" $e" if $o ne "0\n";
+		}
+		else
 		{
 			push @problems, "$call: answered \"$o\"" if $o ne '';
 			push @problems, "$call: not refused with 42501: $e"
 			  if $e !~ /ERROR:  42501: permission denied for idem tenant "globex"/;
-		}
-		else
-		{
-			push @problems, "$call: \"$o\" $e" if $o ne "0\n";
 		}
 	}
 	return @problems;
