@@ -2,6 +2,120 @@
 
 \echo Use "ALTER EXTENSION idem UPDATE TO '0.2.0'" to load this file. \quit
 
+/* issue 12: tenant bindings in a table; idem.tenant no longer binds */
+
+/*
+ * The tenant bindings: a role listed here, and every role that is a member
+ * of it, may touch only its tenant's records (src/tenant.c has the rules).
+ * Written by the superuser-only idem_bind() and idem_unbind(); dumped by
+ * pg_dump, role names and all, but for bindings of roles dropped since.
+ * Any change, however made, invalidates every backend's cached bindings.
+ */
+CREATE TABLE idem_binding (
+	role				regrole PRIMARY KEY,
+	tenant				text COLLATE "C" NOT NULL
+		CHECK (octet_length(tenant) BETWEEN 1 AND 255)
+);
+
+COMMENT ON TABLE idem_binding IS
+	'tenant bindings: each role may touch only its tenant; change with idem_bind() and idem_unbind()';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_binding',
+	'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles r'
+	' WHERE r.oid OPERATOR(pg_catalog.=) idem_binding.role)');
+
+REVOKE ALL ON idem_binding FROM PUBLIC;
+
+CREATE FUNCTION idem_binding_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_binding_changed'
+LANGUAGE C;
+
+REVOKE ALL ON FUNCTION idem_binding_changed() FROM PUBLIC;
+
+CREATE TRIGGER idem_binding_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem_binding
+	FOR EACH STATEMENT EXECUTE FUNCTION idem_binding_changed();
+
+CREATE FUNCTION idem_bind(role regrole, tenant text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_bind'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_unbind(role regrole)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_unbind'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_bind(regrole, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_unbind(regrole) FROM PUBLIC;
+
+CREATE FUNCTION idem_tenant()
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_tenant'
+LANGUAGE C STABLE;
+
+COMMENT ON FUNCTION idem_bind(regrole, text) IS
+	'bind a role to a tenant: it and its members may touch no other (superuser only)';
+COMMENT ON FUNCTION idem_unbind(regrole) IS
+	'drop a role''s tenant binding; returns whether it had one (superuser only)';
+COMMENT ON FUNCTION idem_tenant() IS
+	'the tenant this call is bound to, NULL when unbound';
+
+/*
+ * Row-level security from the same bindings: a bound role that a DBA
+ * grants SELECT on the table still sees only its tenant's rows (the
+ * binding is read once per query), and, with no policy for writes, can
+ * change none even if granted.  The API functions check the binding
+ * themselves and read and write the table as its owner, whom row-level
+ * security does not restrict.
+ */
+DROP POLICY idem_record_tenant ON idem_record;
+CREATE POLICY idem_record_tenant ON idem_record FOR SELECT
+	USING (tenant OPERATOR(pg_catalog.=)
+		   coalesce((SELECT @extschema@.idem_tenant()), tenant) COLLATE "C");
+
+/* The API runs as its caller, so that the binding sees who calls */
+ALTER FUNCTION idem_claim(text, text, text, bytea, boolean, interval) SECURITY INVOKER;
+ALTER FUNCTION idem_claim(text, text, text, text, boolean, interval) SECURITY INVOKER;
+ALTER FUNCTION idem_claim(text, text, text, jsonb, boolean, interval) SECURITY INVOKER;
+ALTER FUNCTION idem_complete(text, text, text, integer, bytea, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_complete(text, text, text, integer, text, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_complete(text, text, text, integer, jsonb, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_fail(text, text, text, integer, text, boolean, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_fail(text, text, text, integer, jsonb, boolean, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_replay(text, text, text) SECURITY INVOKER;
+ALTER FUNCTION idem_release(text, text, text, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_purge() SECURITY INVOKER;
+ALTER FUNCTION idem_list(text, text, boolean, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_forget(text, text, text) SECURITY INVOKER;
+
+/*
+ * Roles bound with idem 0.1.0's setting keep their tenant in this
+ * database: ALTER ROLE ... IN DATABASE ... SET idem.tenant wins over
+ * ALTER ROLE ... SET idem.tenant, and an empty value binds nothing.  A
+ * database-wide setting (ALTER DATABASE ... SET idem.tenant) has no
+ * equivalent: bind each role instead.  The settings themselves stay, since
+ * other databases of the cluster may not be upgraded yet; once they all
+ * are, RESET them (idem ignores them, and logins only warn).
+ */
+INSERT INTO idem_binding (role, tenant)
+SELECT role, tenant
+  FROM (SELECT DISTINCT ON (s.setrole)
+			   s.setrole::regrole AS role,
+			   substr(c.setting, 13) AS tenant
+		  FROM pg_catalog.pg_db_role_setting s,
+			   unnest(s.setconfig) AS c(setting)
+		 WHERE s.setrole OPERATOR(pg_catalog.<>) 0
+		   AND s.setdatabase IN (0, (SELECT oid FROM pg_catalog.pg_database
+									  WHERE datname OPERATOR(pg_catalog.=) current_database()))
+		   AND c.setting LIKE 'idem.tenant=%'
+		 ORDER BY s.setrole, s.setdatabase DESC) AS setting
+ WHERE tenant OPERATOR(pg_catalog.<>) '';
+
 /*
  * issue 11: a fencing floor that deleted records raise; idem_claim takes a
  * retention; idem_replay takes a fingerprint (bytea, text and jsonb) and
@@ -27,6 +141,11 @@ SELECT pg_catalog.pg_extension_config_dump('idem_attempt_floor', '');
 
 REVOKE ALL ON idem_attempt_floor FROM PUBLIC;
 
+/*
+ * The trigger runs as the owner, the one function of the extension that
+ * does: a role a DBA granted DELETE on idem_record (which row-level security
+ * then lets delete nothing) must not make every DELETE fail on the floor.
+ */
 CREATE FUNCTION idem_record_forgotten()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -68,7 +187,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
@@ -82,7 +201,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim_text'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
@@ -96,7 +215,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim_jsonb'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
@@ -107,7 +226,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay'
-LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+LANGUAGE C STABLE ROWS 1
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
@@ -118,7 +237,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_text'
-LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+LANGUAGE C STABLE ROWS 1
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
@@ -129,7 +248,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_jsonb'
-LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+LANGUAGE C STABLE ROWS 1
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval) IS

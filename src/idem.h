@@ -109,7 +109,7 @@ extern int	idem_purge_batch;	/* rows */
 extern int	idem_max_body_size; /* kilobytes */
 extern bool idem_log_outcomes;
 extern bool idem_standby_replay;
-extern char *idem_tenant;
+extern bool idem_require_binding;
 extern void settings_init(void);
 extern void settings_check_retention_rule(int elevel);
 extern void settings_guard_alter_system(void);

@@ -20,9 +20,11 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
@@ -30,6 +32,7 @@
 #include "utils/plancache.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "idem.h"
 
@@ -161,6 +164,11 @@ static SPIPlanPtr plans[NUM_PLANS];
 static bool plans_valid = false;
 static bool callback_registered = false;
 static Oid	record_relid = InvalidOid;
+static Oid	record_owner = InvalidOid;
+
+/* The caller's user and security context during an open bracket */
+static Oid	caller_userid = InvalidOid;
+static int	caller_sec_context = 0;
 
 /* The caller's memory context during an open bracket */
 static MemoryContext caller_context = NULL;
@@ -203,6 +211,19 @@ extension_schema(void)
 	return DatumGetObjectId(first_row_column(1, &isnull));
 }
 
+static Oid
+table_owner(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
 /* Prepare every statement against the extension's idem_record. */
 static void
 prepare_plans(void)
@@ -226,6 +247,7 @@ prepare_plans(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
+	record_owner = table_owner(record_relid);
 	qualified = quote_qualified_identifier(get_namespace_name(schema),
 										   "idem_record");
 	qualified_floor = quote_qualified_identifier(get_namespace_name(schema),
@@ -268,6 +290,13 @@ prepare_plans(void)
 	plans_valid = true;
 }
 
+/*
+ * The API functions run as their caller, so that the tenant binding sees
+ * who calls; only the table is the extension owner's.  Between
+ * record_open() and record_close() the statements run as the table's owner,
+ * the way core's foreign key triggers switch to a table's owner: an error
+ * in between restores the caller's user with the (sub)transaction's abort.
+ */
 void
 record_open(void)
 {
@@ -282,11 +311,15 @@ record_open(void)
 	}
 	if (!plans_valid)
 		prepare_plans();
+	GetUserIdAndSecContext(&caller_userid, &caller_sec_context);
+	SetUserIdAndSecContext(record_owner,
+						   caller_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 }
 
 void
 record_close(void)
 {
+	SetUserIdAndSecContext(caller_userid, caller_sec_context);
 	SPI_finish();
 	caller_context = NULL;
 }

@@ -84,7 +84,7 @@ before(async () => {
   `);
   for (const t of ['acme', 'globex']) {
     await db.query(`DO $$ BEGIN CREATE ROLE idem_app_${t} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$`);
-    await db.query(`ALTER ROLE idem_app_${t} SET idem.tenant = '${t}'`);
+    await db.query(`SELECT idem_bind('idem_app_${t}', '${t}')`);
     await db.query(`GRANT SELECT, INSERT ON orders TO idem_app_${t}; GRANT USAGE ON SEQUENCE orders_id_seq TO idem_app_${t}`);
   }
   provider = await start('provider.js', { DROP_EVERY: '3', PROVIDER_DELAY_MS: '150' });

@@ -10,7 +10,7 @@
 //
 // The tenant comes from the caller's credentials (a bearer token), never
 // from the body, and each tenant's queries run as a database role bound to
-// that tenant (ALTER ROLE ... SET idem.tenant), so a bug here still cannot
+// that tenant (idem_bind(role, tenant)), so a bug here still cannot
 // replay one tenant's response to another.
 'use strict';
 

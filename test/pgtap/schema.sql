@@ -1,7 +1,7 @@
 -- test/pgtap/schema.sql: idem's schema, function signatures, volatility and
 -- privileges, checked with pgTAP.  Runs in one transaction, rolled back.
 BEGIN;
-SELECT plan(67);
+SELECT plan(73);
 
 -- the table and its indexes
 SELECT has_table('idem_record');
@@ -59,8 +59,10 @@ SELECT volatility_is('idem_release', ARRAY['text', 'text', 'text', 'integer'], '
 SELECT volatility_is('idem_replay', ARRAY['text', 'text', 'text', 'bytea'], 'stable');
 SELECT volatility_is('idem_purge', ARRAY[]::name[], 'volatile');
 
--- every function runs as the owner, with a pinned search_path, and is not
--- strict (a NULL argument is an error, not a NULL result)
+-- every API function runs as its caller (so that the tenant binding sees
+-- who calls), with a pinned search_path, and is not strict (a NULL
+-- argument is an error, not a NULL result); no function of the extension
+-- is SECURITY DEFINER
 SELECT is((SELECT count(*)::int FROM pg_proc
 			WHERE pronamespace = 'public'::regnamespace
 			  AND proname IN ('idem_claim', 'idem_complete', 'idem_fail',
@@ -71,9 +73,15 @@ SELECT is((SELECT count(*)::int FROM pg_proc
 			  AND proname IN ('idem_claim', 'idem_complete', 'idem_fail',
 							  'idem_replay', 'idem_release', 'idem_purge',
 							  'idem_list', 'idem_forget')
-			  AND prosecdef AND NOT proisstrict
+			  AND NOT prosecdef AND NOT proisstrict
 			  AND proconfig = ARRAY['search_path=pg_catalog, public, pg_temp']),
-		  16, 'API and operator functions are SECURITY DEFINER, not strict, with search_path pinned');
+		  16, 'API and operator functions are not SECURITY DEFINER, not strict, with search_path pinned');
+SELECT is((SELECT count(*)::int FROM pg_depend d JOIN pg_proc p ON p.oid = d.objid
+			WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
+			  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem')
+			  AND p.prosecdef
+			  AND p.prorettype <> 'trigger'::regtype),
+		  0, 'no function of the extension but a trigger is SECURITY DEFINER');
 
 -- the counters: a view for pg_monitor, a reset for admins
 SELECT has_view('idem_stats');
@@ -104,6 +112,10 @@ SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = 'idem_record'::regcla
 		  'row-level security is enabled on idem_record');
 SELECT policies_are('idem_record', ARRAY['idem_record_tenant']);
 SELECT policy_cmd_is('idem_record', 'idem_record_tenant', 'SELECT');
+SELECT table_privs_are('idem_binding', 'idem_tap_app', ARRAY[]::text[]);
+SELECT function_privs_are('idem_bind', ARRAY['regrole', 'text'], 'idem_tap_app', ARRAY[]::text[]);
+SELECT function_privs_are('idem_unbind', ARRAY['regrole'], 'idem_tap_app', ARRAY[]::text[]);
+SELECT function_privs_are('idem_tenant', ARRAY[]::name[], 'idem_tap_app', ARRAY['EXECUTE']);
 SELECT table_privs_are('idem_stats', 'idem_tap_app', ARRAY[]::text[]);
 
 SET ROLE idem_tap_app;
@@ -115,6 +127,7 @@ SELECT throws_ok($$INSERT INTO idem_record (tenant, endpoint, key, state, attemp
 SELECT throws_ok('UPDATE idem_record SET body = NULL', '42501', NULL, 'the application cannot alter a record');
 SELECT throws_ok('DELETE FROM idem_record', '42501', NULL, 'the application cannot delete a record');
 SELECT throws_ok('SELECT idem_purge()', '42501', NULL, 'the application cannot purge');
+SELECT throws_ok('SELECT * FROM idem_binding', '42501', NULL, 'the application cannot read the bindings');
 SELECT results_eq($$SELECT outcome FROM idem_claim('t', 'e', 'tap')$$,
 				  ARRAY['claimed'], 'the application claims through the API');
 SELECT lives_ok($$SELECT idem_complete('t', 'e', 'tap', 200, 'ok')$$, 'and completes');

@@ -69,7 +69,7 @@ sub lease
 sub setting
 {
 	my $name = pick('idem.retention', 'idem.retry_window', 'idem.lease', 'idem.max_body_size',
-		'idem.purge_batch', 'idem.tenant', 'idem.standby_replay');
+		'idem.purge_batch', 'idem.require_binding', 'idem.standby_replay');
 	my $value = pick(q{'0'}, q{'-5'}, q{'1s'}, q{'1h'}, q{'25h'}, q{'1000000000d'}, q{'abc'},
 		q{'1kB'}, q{'2GB'}, q{''}, 'NULL', q{repeat('v', 300)});
 	return "SELECT set_config('$name', $value, false)";
@@ -101,7 +101,7 @@ for (1 .. $calls)
 		'SELECT idem_purge()::text',
 		setting(),
 		q{SELECT set_config('idem.retention', '1d', false) || set_config('idem.retry_window', '1h', false)
-			|| set_config('idem.tenant', '', false) || set_config('idem.max_body_size', '1MB', false)});
+			|| set_config('idem.require_binding', 'off', false) || set_config('idem.max_body_size', '1MB', false)});
 	(my $quoted = $q) =~ s/'/''/g;
 	push @sql, "SELECT pg_temp.try('$quoted');";
 }
