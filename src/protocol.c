@@ -226,6 +226,7 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 		{
 			rec.attempt = 1;
 			rec.created_at = now;
+			rec.lease_expires_at = lease_expires_at;
 			rec.expires_at = expires_at;
 			answer_with(answer, IDEM_CLAIMED, &rec);
 			break;
