@@ -1,16 +1,17 @@
 -- test/pgtap/schema.sql: idem's schema, function signatures, volatility and
 -- privileges, checked with pgTAP.  Runs in one transaction, rolled back.
 BEGIN;
-SELECT plan(64);
+SELECT plan(65);
 
 -- the table and its indexes
 SELECT has_table('idem_record');
 SELECT columns_are('idem_record', ARRAY[
 	'tenant', 'endpoint', 'key', 'state', 'retryable', 'fingerprint',
 	'status', 'body', 'attempt', 'created_at', 'claimed_at',
-	'lease_expires_at', 'finished_at', 'expires_at']);
+	'lease_expires_at', 'finished_at', 'expires_at', 'headers']);
 SELECT col_type_is('idem_record', 'fingerprint', 'bytea');
 SELECT col_type_is('idem_record', 'body', 'bytea');
+SELECT col_type_is('idem_record', 'headers', 'jsonb');
 SELECT col_type_is('idem_record', 'status', 'integer');
 SELECT col_type_is('idem_record', 'expires_at', 'timestamp with time zone');
 SELECT col_not_null('idem_record', 'tenant');
