@@ -24,7 +24,8 @@ CREATE TABLE idem_record (
 	claimed_at			timestamptz NOT NULL,
 	lease_expires_at	timestamptz NOT NULL,
 	finished_at			timestamptz,
-	expires_at			timestamptz NOT NULL
+	expires_at			timestamptz NOT NULL,
+	headers				jsonb CHECK (jsonb_typeof(headers) = 'object')
 ) WITH (fillfactor = 70);
 
 CREATE UNIQUE INDEX idem_record_key ON idem_record (tenant, endpoint, key);
@@ -38,6 +39,8 @@ COMMENT ON COLUMN idem_record.retryable IS
 	'for a failed record: true when the next claim may execute again (a system error or a release)';
 COMMENT ON COLUMN idem_record.fingerprint IS
 	'SHA-256 of the request fingerprint given to the first claim';
+COMMENT ON COLUMN idem_record.headers IS
+	'the response headers to replay, a JSON object of strings or arrays of strings; NULL when none';
 COMMENT ON COLUMN idem_record.attempt IS
 	'the fencing token: one more for each re-claim, above every attempt of the key''s deleted records';
 COMMENT ON COLUMN idem_record.lease_expires_at IS
@@ -178,8 +181,10 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
 						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
-						   OUT body bytea, OUT attempt integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
 						   OUT created_at timestamptz,
 						   OUT expires_at timestamptz)
 RETURNS record
@@ -192,8 +197,10 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
 						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
-						   OUT body bytea, OUT attempt integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
 						   OUT created_at timestamptz,
 						   OUT expires_at timestamptz)
 RETURNS record
@@ -206,8 +213,10 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
 						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
-						   OUT body bytea, OUT attempt integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
 						   OUT created_at timestamptz,
 						   OUT expires_at timestamptz)
 RETURNS record
@@ -217,7 +226,8 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body bytea,
-							  attempt integer DEFAULT NULL)
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete'
 LANGUAGE C VOLATILE
@@ -225,7 +235,8 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body text,
-							  attempt integer DEFAULT NULL)
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete'
 LANGUAGE C VOLATILE
@@ -233,7 +244,8 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body jsonb,
-							  attempt integer DEFAULT NULL)
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete_jsonb'
 LANGUAGE C VOLATILE
@@ -242,7 +254,8 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body bytea,
 						  retryable boolean DEFAULT false,
-						  attempt integer DEFAULT NULL)
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail'
 LANGUAGE C VOLATILE
@@ -251,7 +264,8 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body text,
 						  retryable boolean DEFAULT false,
-						  attempt integer DEFAULT NULL)
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail'
 LANGUAGE C VOLATILE
@@ -260,7 +274,8 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body jsonb,
 						  retryable boolean DEFAULT false,
-						  attempt integer DEFAULT NULL)
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail_jsonb'
 LANGUAGE C VOLATILE
@@ -269,7 +284,8 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint bytea DEFAULT NULL,
 							OUT outcome text, OUT status integer,
-							OUT body bytea, OUT attempt integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
 							OUT created_at timestamptz,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
@@ -280,7 +296,8 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint text,
 							OUT outcome text, OUT status integer,
-							OUT body bytea, OUT attempt integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
 							OUT created_at timestamptz,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
@@ -291,7 +308,8 @@ SET search_path = pg_catalog, @extschema@, pg_temp;
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint jsonb,
 							OUT outcome text, OUT status integer,
-							OUT body bytea, OUT attempt integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
 							OUT created_at timestamptz,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
@@ -321,7 +339,8 @@ CREATE FUNCTION idem_list(tenant text, endpoint text DEFAULT NULL,
 RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
 			   status integer, attempt integer, created_at timestamptz,
 			   claimed_at timestamptz, lease_expires_at timestamptz,
-			   finished_at timestamptz, expires_at timestamptz, body bytea)
+			   finished_at timestamptz, expires_at timestamptz, body bytea,
+			   headers jsonb)
 AS 'MODULE_PATHNAME', 'idem_list'
 LANGUAGE C STABLE
 SET search_path = pg_catalog, @extschema@, pg_temp;
@@ -379,11 +398,11 @@ REVOKE ALL ON idem_stats FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idem_stats_read() TO pg_monitor;
 GRANT SELECT ON idem_stats TO pg_monitor;
 
-COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval) IS
+COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval, interval) IS
 	'claim a key before executing a request: claimed, replay, in_progress, mismatch or unknown';
-COMMENT ON FUNCTION idem_complete(text, text, text, integer, bytea, integer) IS
+COMMENT ON FUNCTION idem_complete(text, text, text, integer, bytea, integer, jsonb) IS
 	'finish a pending claim with the response to replay';
-COMMENT ON FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer) IS
+COMMENT ON FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) IS
 	'finish a pending claim as failed: replayed, or re-executable when retryable';
 COMMENT ON FUNCTION idem_replay(text, text, text, bytea) IS
 	'read-only look-up of what a claim would answer, without claiming';

@@ -72,14 +72,15 @@ enum
 	COL_ATTEMPT,
 	COL_CREATED_AT,
 	COL_LEASE_EXPIRES_AT,
-	COL_EXPIRES_AT
+	COL_EXPIRES_AT,
+	COL_HEADERS
 };
 
 typedef struct PlanSpec
 {
 	const char *sql;			/* %1$s: idem_record, %2$s: idem_attempt_floor */
 	int			nargs;
-	Oid			argtypes[9];
+	Oid			argtypes[10];
 } PlanSpec;
 
 static const PlanSpec plan_specs[NUM_PLANS] = {
@@ -104,12 +105,13 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	},
 	[PLAN_FETCH] = {
 		"SELECT state, retryable, fingerprint, status, body, attempt,"
-		" created_at, lease_expires_at, expires_at FROM %s" KEY_MATCH,
+		" created_at, lease_expires_at, expires_at, headers FROM %s" KEY_MATCH,
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 	[PLAN_RECLAIM] = {
 		"UPDATE %s SET state = 'pending', retryable = false,"
-		" fingerprint = $4, status = NULL, body = NULL, attempt = $5,"
+		" fingerprint = $4, status = NULL, body = NULL, headers = NULL,"
+		" attempt = $5,"
 		" created_at = $6, claimed_at = $7, lease_expires_at = $8,"
 		" finished_at = NULL, expires_at = $9" KEY_MATCH,
 		9, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID,
@@ -117,12 +119,12 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	},
 	[PLAN_FINISH] = {
 		"UPDATE %s SET state = $4, retryable = $5, status = $6, body = $7,"
-		" finished_at = $8" KEY_MATCH
+		" finished_at = $8, headers = $10" KEY_MATCH
 		" AND state OPERATOR(pg_catalog.=) 'pending'"
 		" AND ($9 IS NULL OR attempt OPERATOR(pg_catalog.=) $9)"
 		" RETURNING expires_at, lease_expires_at",
-		9, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
-		TIMESTAMPTZOID, INT4OID}
+		10, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
+		TIMESTAMPTZOID, INT4OID, JSONBOID}
 	},
 	[PLAN_PURGE] = {
 		"WITH deleted AS (DELETE FROM %1$s"
@@ -142,7 +144,7 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_LIST] = {
 		"SELECT endpoint, key, state, retryable, status, attempt, created_at,"
 		" claimed_at, lease_expires_at, finished_at, expires_at,"
-		" CASE WHEN $3 THEN body END FROM %s"
+		" CASE WHEN $3 THEN body END, CASE WHEN $3 THEN headers END FROM %s"
 		" WHERE tenant OPERATOR(pg_catalog.=) $1"
 		" AND ($2 IS NULL OR endpoint OPERATOR(pg_catalog.=) $2)"
 		" ORDER BY endpoint, key LIMIT $4",
@@ -480,6 +482,17 @@ record_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 		MemoryContextSwitchTo(old);
 	}
 
+	d = first_row_column(COL_HEADERS, &isnull);
+	if (isnull)
+		rec->headers = NULL;
+	else
+	{
+		MemoryContext old = MemoryContextSwitchTo(caller_context);
+
+		rec->headers = DatumGetJsonbPCopy(d);
+		MemoryContextSwitchTo(old);
+	}
+
 	rec->attempt = DatumGetInt32(first_row_column(COL_ATTEMPT, &isnull));
 	rec->created_at =
 		DatumGetTimestampTz(first_row_column(COL_CREATED_AT, &isnull));
@@ -514,22 +527,23 @@ record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now)
 }
 
 /*
- * Store how the key's pending claim ended, if it has one of that attempt
- * (with has_attempt); false if it has none.  *expires_at and
- * *lease_expires_at are the record's expiry and lease end: the caller must
- * raise an error, undoing the update, if the record had expired.  (The statement leaves expiry out of its condition, so that the
+ * Store how the key's pending claim ended (its status, body and headers),
+ * if it has one of that attempt (with has_attempt); false if it has none.
+ * *expires_at and *lease_expires_at are the record's expiry and lease end:
+ * the caller must raise an error, undoing the update, if the record had
+ * expired.  (The statement leaves expiry out of its condition, so that the
  * planner can only look the key up by the unique index.)  Only non-indexed
  * columns change, so this is a HOT update when the page has room.
  */
 bool
 record_finish(const IdemKey *key, bool has_attempt, int32 attempt,
 			  IdemState state, bool retryable, bool has_status, int32 status,
-			  bytea *body, TimestampTz now, TimestampTz *expires_at,
-			  TimestampTz *lease_expires_at)
+			  bytea *body, Jsonb *headers, TimestampTz now,
+			  TimestampTz *expires_at, TimestampTz *lease_expires_at)
 {
 	bool		isnull;
-	Datum		values[9];
-	char		nulls[9];
+	Datum		values[10];
+	char		nulls[10];
 
 	key_datums(key, values, nulls);
 	values[3] = CStringGetTextDatum(state_names[state]);
@@ -538,10 +552,12 @@ record_finish(const IdemKey *key, bool has_attempt, int32 attempt,
 	values[6] = PointerGetDatum(body);
 	values[7] = TimestampTzGetDatum(now);
 	values[8] = Int32GetDatum(attempt);
+	values[9] = PointerGetDatum(headers);
 	nulls[3] = nulls[4] = nulls[7] = ' ';
 	nulls[5] = has_status ? ' ' : 'n';
 	nulls[6] = body != NULL ? ' ' : 'n';
 	nulls[8] = has_attempt ? ' ' : 'n';
+	nulls[9] = headers != NULL ? ' ' : 'n';
 
 	run_plan(PLAN_FINISH, values, nulls, 0);
 	if (SPI_processed != 1)
@@ -570,10 +586,16 @@ record_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
 	values[3] = Int32GetDatum(max_rows);
 	run_plan(PLAN_LIST, values, nulls, 0);
 
+	/*
+	 * desc may end before the statement's last columns: 0.1.0's definition
+	 * of idem_list, until ALTER EXTENSION idem UPDATE, has no headers.
+	 */
+	Assert(desc->natts <= SPI_tuptable->tupdesc->natts);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		Datum	   *cols = palloc(desc->natts * sizeof(Datum));
-		bool	   *isnull = palloc(desc->natts * sizeof(bool));
+		int			ncols = SPI_tuptable->tupdesc->natts;
+		Datum	   *cols = palloc(ncols * sizeof(Datum));
+		bool	   *isnull = palloc(ncols * sizeof(bool));
 		MemoryContext old;
 
 		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,

@@ -1,16 +1,17 @@
 -- test/pgtap/schema.sql: idem's schema, function signatures, volatility and
 -- privileges, checked with pgTAP.  Runs in one transaction, rolled back.
 BEGIN;
-SELECT plan(73);
+SELECT plan(74);
 
 -- the table and its indexes
 SELECT has_table('idem_record');
 SELECT columns_are('idem_record', ARRAY[
 	'tenant', 'endpoint', 'key', 'state', 'retryable', 'fingerprint',
 	'status', 'body', 'attempt', 'created_at', 'claimed_at',
-	'lease_expires_at', 'finished_at', 'expires_at']);
+	'lease_expires_at', 'finished_at', 'expires_at', 'headers']);
 SELECT col_type_is('idem_record', 'fingerprint', 'bytea');
 SELECT col_type_is('idem_record', 'body', 'bytea');
+SELECT col_type_is('idem_record', 'headers', 'jsonb');
 SELECT col_type_is('idem_record', 'status', 'integer');
 SELECT col_type_is('idem_record', 'expires_at', 'timestamp with time zone');
 SELECT col_not_null('idem_record', 'tenant');
@@ -24,37 +25,37 @@ SELECT is((SELECT count(*)::int FROM pg_index
 		  1, 'the key index is the only unique index');
 
 -- the functions, their result types and volatility
-SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval']);
-SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'text', 'boolean', 'interval', 'interval']);
-SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'jsonb', 'boolean', 'interval', 'interval']);
-SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer']);
-SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'text', 'integer']);
-SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'jsonb', 'integer']);
-SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer']);
-SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'text', 'boolean', 'integer']);
-SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'jsonb', 'boolean', 'integer']);
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval', 'interval']);
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'text', 'boolean', 'interval', 'interval', 'interval']);
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'text', 'jsonb', 'boolean', 'interval', 'interval', 'interval']);
+SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer', 'jsonb']);
+SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'text', 'integer', 'jsonb']);
+SELECT has_function('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'jsonb', 'integer', 'jsonb']);
+SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer', 'jsonb']);
+SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'text', 'boolean', 'integer', 'jsonb']);
+SELECT has_function('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'jsonb', 'boolean', 'integer', 'jsonb']);
 SELECT has_function('idem_replay', ARRAY['text', 'text', 'text', 'bytea']);
 SELECT has_function('idem_replay', ARRAY['text', 'text', 'text', 'text']);
 SELECT has_function('idem_replay', ARRAY['text', 'text', 'text', 'jsonb']);
 SELECT has_function('idem_release', ARRAY['text', 'text', 'text', 'integer']);
 SELECT has_function('idem_purge', ARRAY[]::name[]);
 
-SELECT function_returns('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval'], 'record');
+SELECT function_returns('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval', 'interval'], 'record');
 SELECT function_returns('idem_replay', ARRAY['text', 'text', 'text', 'bytea'], 'setof record');
-SELECT function_returns('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer'], 'void');
+SELECT function_returns('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer', 'jsonb'], 'void');
 SELECT function_returns('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'boolean');
 SELECT function_returns('idem_purge', ARRAY[]::name[], 'bigint');
 SELECT is(
 	(SELECT array_agg(n ORDER BY o) FROM pg_proc p,
 		unnest(p.proargnames, p.proargmodes) WITH ORDINALITY AS a(n, m, o)
-	  WHERE p.oid = 'idem_claim(text, text, text, bytea, boolean, interval, interval)'::regprocedure
+	  WHERE p.oid = 'idem_claim(text, text, text, bytea, boolean, interval, interval, interval)'::regprocedure
 		AND m = 'o'),
-	ARRAY['outcome', 'status', 'body', 'attempt', 'created_at', 'expires_at']::text[],
-	'idem_claim returns outcome, status, body, attempt, created_at, expires_at');
+	ARRAY['outcome', 'status', 'body', 'headers', 'attempt', 'created_at', 'expires_at']::text[],
+	'idem_claim returns outcome, status, body, headers, attempt, created_at, expires_at');
 
-SELECT volatility_is('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval'], 'volatile');
-SELECT volatility_is('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer'], 'volatile');
-SELECT volatility_is('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer'], 'volatile');
+SELECT volatility_is('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval', 'interval'], 'volatile');
+SELECT volatility_is('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer', 'jsonb'], 'volatile');
+SELECT volatility_is('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer', 'jsonb'], 'volatile');
 SELECT volatility_is('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'volatile');
 SELECT volatility_is('idem_replay', ARRAY['text', 'text', 'text', 'bytea'], 'stable');
 SELECT volatility_is('idem_purge', ARRAY[]::name[], 'volatile');
@@ -96,11 +97,11 @@ SELECT table_privs_are('idem_stats', 'pg_monitor', ARRAY['SELECT']);
 CREATE ROLE idem_tap_app;
 SELECT table_privs_are('idem_record', 'idem_tap_app', ARRAY[]::text[]);
 SELECT table_privs_are('idem_attempt_floor', 'idem_tap_app', ARRAY[]::text[]);
-SELECT function_privs_are('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval'],
+SELECT function_privs_are('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval', 'interval'],
 						  'idem_tap_app', ARRAY['EXECUTE']);
-SELECT function_privs_are('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer'],
+SELECT function_privs_are('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer', 'jsonb'],
 						  'idem_tap_app', ARRAY['EXECUTE']);
-SELECT function_privs_are('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer'],
+SELECT function_privs_are('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'boolean', 'integer', 'jsonb'],
 						  'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_replay', ARRAY['text', 'text', 'text', 'bytea'], 'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'idem_tap_app', ARRAY['EXECUTE']);

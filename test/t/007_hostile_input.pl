@@ -66,6 +66,9 @@ sub lease
 	return pick('NULL', q{'0'}, q{'-1 s'}, q{'1 microsecond'}, q{'1 hour'}, q{'1000 years'},
 		q{'infinity'}, q{'-infinity'}, q{'1 mon'});
 }
+# bounded: a waiting claim of a key this script claimed earlier would
+# otherwise wait for the claim's whole lease
+sub wait_timeout { return pick(q{'0'}, q{'10 ms'}, q{'-1 s'}) }
 sub setting
 {
 	my $name = pick('idem.retention', 'idem.retry_window', 'idem.lease', 'idem.max_body_size',
@@ -90,7 +93,8 @@ for (1 .. $calls)
 {
 	my ($t, $e, $k) = (name(), name(), name());
 	my $q = pick(
-		"SELECT outcome FROM idem_claim($t, $e, $k, " . fingerprint() . ', ' . bool() . ', ' . lease() . '::interval)',
+		"SELECT outcome FROM idem_claim($t, $e, $k, " . fingerprint() . ', ' . bool() . ', ' . lease() . '::interval, '
+		  . wait_timeout() . '::interval)',
 		"SELECT outcome FROM idem_claim($t, $e, $k)",
 		"SELECT idem_complete($t, $e, $k, " . status() . ', ' . body() . ', ' . attempt() . ')::text',
 		"SELECT idem_fail($t, $e, $k, " . status() . ', ' . body() . ', ' . bool() . ', ' . attempt() . ')::text',
