@@ -56,3 +56,17 @@ memcheck:
 
 bench:
 	@PG_CONFIG='$(PG_CONFIG)' bash test/bench.sh
+
+# Packaging (test/package.sh): the Debian packages postgresql-NN-idem in
+# deb-build/, the PGXN archive idem-$(EXTVERSION).zip, and the test that
+# installs both where idem was never built and runs installcheck.
+.PHONY: deb dist test-package
+
+deb:
+	@bash test/package.sh deb
+
+dist:
+	@bash test/package.sh dist
+
+test-package:
+	@bash test/package.sh test

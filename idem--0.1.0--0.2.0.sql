@@ -2,11 +2,123 @@
 
 \echo Use "ALTER EXTENSION idem UPDATE TO '0.2.0'" to load this file. \quit
 
+/* issue 12: tenant bindings in a table; idem.tenant no longer binds */
+
 /*
- * issue 11: a fencing floor that deleted records raise; idem_claim takes a
- * retention; idem_replay takes a fingerprint (bytea, text and jsonb) and
- * answers what a claim would; text fingerprints get their own C function
- * (digested over UTF-8).
+ * The tenant bindings: a role listed here, and every role that is a member
+ * of it, may touch only its tenant's records (src/tenant.c has the rules).
+ * Written by the superuser-only idem_bind() and idem_unbind(); dumped by
+ * pg_dump, role names and all, but for bindings of roles dropped since.
+ * Any change, however made, invalidates every backend's cached bindings.
+ */
+CREATE TABLE idem_binding (
+	role				regrole PRIMARY KEY,
+	tenant				text COLLATE "C" NOT NULL
+		CHECK (octet_length(tenant) BETWEEN 1 AND 255)
+);
+
+COMMENT ON TABLE idem_binding IS
+	'tenant bindings: each role may touch only its tenant; change with idem_bind() and idem_unbind()';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_binding',
+	'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles r'
+	' WHERE r.oid OPERATOR(pg_catalog.=) idem_binding.role)');
+
+REVOKE ALL ON idem_binding FROM PUBLIC;
+
+CREATE FUNCTION idem_binding_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_binding_changed'
+LANGUAGE C;
+
+REVOKE ALL ON FUNCTION idem_binding_changed() FROM PUBLIC;
+
+CREATE TRIGGER idem_binding_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem_binding
+	FOR EACH STATEMENT EXECUTE FUNCTION idem_binding_changed();
+
+CREATE FUNCTION idem_bind(role regrole, tenant text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_bind'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_unbind(role regrole)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_unbind'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_bind(regrole, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_unbind(regrole) FROM PUBLIC;
+
+CREATE FUNCTION idem_tenant()
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_tenant'
+LANGUAGE C STABLE;
+
+COMMENT ON FUNCTION idem_bind(regrole, text) IS
+	'bind a role to a tenant: it and its members may touch no other (superuser only)';
+COMMENT ON FUNCTION idem_unbind(regrole) IS
+	'drop a role''s tenant binding; returns whether it had one (superuser only)';
+COMMENT ON FUNCTION idem_tenant() IS
+	'the tenant this call is bound to, NULL when unbound';
+
+/*
+ * Row-level security from the same bindings: a bound role that a DBA
+ * grants SELECT on the table still sees only its tenant's rows (the
+ * binding is read once per query), and, with no policy for writes, can
+ * change none even if granted.  The API functions check the binding
+ * themselves and read and write the table as its owner, whom row-level
+ * security does not restrict.
+ */
+DROP POLICY idem_record_tenant ON idem_record;
+CREATE POLICY idem_record_tenant ON idem_record FOR SELECT
+	USING (tenant OPERATOR(pg_catalog.=)
+		   coalesce((SELECT @extschema@.idem_tenant()), tenant) COLLATE "C");
+
+/* The API runs as its caller, so that the binding sees who calls */
+ALTER FUNCTION idem_claim(text, text, text, bytea, boolean, interval) SECURITY INVOKER;
+ALTER FUNCTION idem_claim(text, text, text, text, boolean, interval) SECURITY INVOKER;
+ALTER FUNCTION idem_claim(text, text, text, jsonb, boolean, interval) SECURITY INVOKER;
+ALTER FUNCTION idem_complete(text, text, text, integer, bytea, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_complete(text, text, text, integer, text, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_complete(text, text, text, integer, jsonb, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_fail(text, text, text, integer, text, boolean, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_fail(text, text, text, integer, jsonb, boolean, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_replay(text, text, text) SECURITY INVOKER;
+ALTER FUNCTION idem_release(text, text, text, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_purge() SECURITY INVOKER;
+ALTER FUNCTION idem_list(text, text, boolean, integer) SECURITY INVOKER;
+ALTER FUNCTION idem_forget(text, text, text) SECURITY INVOKER;
+
+/*
+ * Roles bound with idem 0.1.0's setting keep their tenant in this
+ * database: ALTER ROLE ... IN DATABASE ... SET idem.tenant wins over
+ * ALTER ROLE ... SET idem.tenant, and an empty value binds nothing.  A
+ * database-wide setting (ALTER DATABASE ... SET idem.tenant) has no
+ * equivalent: bind each role instead.  The settings themselves stay, since
+ * other databases of the cluster may not be upgraded yet; once they all
+ * are, RESET them (idem ignores them, and logins only warn).
+ */
+INSERT INTO idem_binding (role, tenant)
+SELECT role, tenant
+  FROM (SELECT DISTINCT ON (s.setrole)
+			   s.setrole::regrole AS role,
+			   substr(c.setting, 13) AS tenant
+		  FROM pg_catalog.pg_db_role_setting s,
+			   unnest(s.setconfig) AS c(setting)
+		 WHERE s.setrole OPERATOR(pg_catalog.<>) 0
+		   AND s.setdatabase IN (0, (SELECT oid FROM pg_catalog.pg_database
+									  WHERE datname OPERATOR(pg_catalog.=) current_database()))
+		   AND c.setting LIKE 'idem.tenant=%'
+		 ORDER BY s.setrole, s.setdatabase DESC) AS setting
+ WHERE tenant OPERATOR(pg_catalog.<>) '';
+
+/*
+ * issue 11: a fencing floor that deleted records raise (the changed
+ * functions are below, with issue 15's).
  */
 /*
  * The fencing floor: for each of 4096 buckets of keys (by hash of the key),
@@ -27,6 +139,11 @@ SELECT pg_catalog.pg_extension_config_dump('idem_attempt_floor', '');
 
 REVOKE ALL ON idem_attempt_floor FROM PUBLIC;
 
+/*
+ * The trigger runs as the owner, the one function of the extension that
+ * does: a role a DBA granted DELETE on idem_record (which row-level security
+ * then lets delete nothing) must not make every DELETE fail on the floor.
+ */
 CREATE FUNCTION idem_record_forgotten()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -52,23 +169,54 @@ CREATE TRIGGER idem_record_forgotten AFTER DELETE ON idem_record
 COMMENT ON COLUMN idem_record.attempt IS
 	'the fencing token: one more for each re-claim, above every attempt of the key''s deleted records';
 
+/*
+ * issue 15: response headers, and waiting for a committed pending claim.
+ * idem_record gets a headers column; idem_complete and idem_fail take
+ * headers, idem_claim takes wait_timeout, and idem_claim, idem_replay and
+ * idem_list return headers: a changed signature or result row is a new
+ * function, so the old ones are dropped and the new ones created as the
+ * install script creates them.
+ */
+ALTER TABLE idem_record
+	ADD COLUMN headers jsonb CHECK (jsonb_typeof(headers) = 'object');
+COMMENT ON COLUMN idem_record.headers IS
+	'the response headers to replay, a JSON object of strings or arrays of strings; NULL when none';
+
+/*
+ * issues 11 and 15: idem_claim takes a retention and a wait_timeout;
+ * idem_replay takes a fingerprint (bytea, text and jsonb) and answers what a
+ * claim would; idem_complete and idem_fail take headers; idem_claim,
+ * idem_replay and idem_list return them; text fingerprints get their own C
+ * functions (digested over UTF-8).  A changed signature or result row is a
+ * new function: the old ones are dropped and the new ones created as the
+ * install script creates them.
+ */
 DROP FUNCTION idem_claim(text, text, text, bytea, boolean, interval);
 DROP FUNCTION idem_claim(text, text, text, text, boolean, interval);
 DROP FUNCTION idem_claim(text, text, text, jsonb, boolean, interval);
+DROP FUNCTION idem_complete(text, text, text, integer, bytea, integer);
+DROP FUNCTION idem_complete(text, text, text, integer, text, integer);
+DROP FUNCTION idem_complete(text, text, text, integer, jsonb, integer);
+DROP FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer);
+DROP FUNCTION idem_fail(text, text, text, integer, text, boolean, integer);
+DROP FUNCTION idem_fail(text, text, text, integer, jsonb, boolean, integer);
 DROP FUNCTION idem_replay(text, text, text);
+DROP FUNCTION idem_list(text, text, boolean, integer);
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   fingerprint bytea DEFAULT NULL,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
 						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
-						   OUT body bytea, OUT attempt integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
 						   OUT created_at timestamptz,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
@@ -76,13 +224,15 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
 						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
-						   OUT body bytea, OUT attempt integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
 						   OUT created_at timestamptz,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim_text'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
@@ -90,49 +240,131 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
 						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
-						   OUT body bytea, OUT attempt integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
 						   OUT created_at timestamptz,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim_jsonb'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body bytea,
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body text,
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body jsonb,
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete_jsonb'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body bytea,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body text,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body jsonb,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail_jsonb'
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint bytea DEFAULT NULL,
 							OUT outcome text, OUT status integer,
-							OUT body bytea, OUT attempt integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
 							OUT created_at timestamptz,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay'
-LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+LANGUAGE C STABLE ROWS 1
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint text,
 							OUT outcome text, OUT status integer,
-							OUT body bytea, OUT attempt integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
 							OUT created_at timestamptz,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_text'
-LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+LANGUAGE C STABLE ROWS 1
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint jsonb,
 							OUT outcome text, OUT status integer,
-							OUT body bytea, OUT attempt integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
 							OUT created_at timestamptz,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_jsonb'
-LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+LANGUAGE C STABLE ROWS 1
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
-COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval) IS
+CREATE FUNCTION idem_list(tenant text, endpoint text DEFAULT NULL,
+						  with_body boolean DEFAULT false,
+						  max_rows integer DEFAULT 100)
+RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
+			   status integer, attempt integer, created_at timestamptz,
+			   claimed_at timestamptz, lease_expires_at timestamptz,
+			   finished_at timestamptz, expires_at timestamptz, body bytea,
+			   headers jsonb)
+AS 'MODULE_PATHNAME', 'idem_list'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_list(text, text, boolean, integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval, interval) IS
 	'claim a key before executing a request: claimed, replay, in_progress, mismatch or unknown';
+COMMENT ON FUNCTION idem_complete(text, text, text, integer, bytea, integer, jsonb) IS
+	'finish a pending claim with the response to replay';
+COMMENT ON FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) IS
+	'finish a pending claim as failed: replayed, or re-executable when retryable';
 COMMENT ON FUNCTION idem_replay(text, text, text, bytea) IS
 	'read-only look-up of what a claim would answer, without claiming';
+COMMENT ON FUNCTION idem_list(text, text, boolean, integer) IS
+	'operator listing of one tenant''s records, bodies only if asked';

@@ -24,7 +24,8 @@ CREATE TABLE idem_record (
 	claimed_at			timestamptz NOT NULL,
 	lease_expires_at	timestamptz NOT NULL,
 	finished_at			timestamptz,
-	expires_at			timestamptz NOT NULL
+	expires_at			timestamptz NOT NULL,
+	headers				jsonb CHECK (jsonb_typeof(headers) = 'object')
 ) WITH (fillfactor = 70);
 
 CREATE UNIQUE INDEX idem_record_key ON idem_record (tenant, endpoint, key);
@@ -38,6 +39,8 @@ COMMENT ON COLUMN idem_record.retryable IS
 	'for a failed record: true when the next claim may execute again (a system error or a release)';
 COMMENT ON COLUMN idem_record.fingerprint IS
 	'SHA-256 of the request fingerprint given to the first claim';
+COMMENT ON COLUMN idem_record.headers IS
+	'the response headers to replay, a JSON object of strings or arrays of strings; NULL when none';
 COMMENT ON COLUMN idem_record.attempt IS
 	'the fencing token: one more for each re-claim, above every attempt of the key''s deleted records';
 COMMENT ON COLUMN idem_record.lease_expires_at IS
@@ -47,6 +50,66 @@ COMMENT ON COLUMN idem_record.lease_expires_at IS
 SELECT pg_catalog.pg_extension_config_dump('idem_record', '');
 
 REVOKE ALL ON idem_record FROM PUBLIC;
+
+/*
+ * The tenant bindings: a role listed here, and every role that is a member
+ * of it, may touch only its tenant's records (src/tenant.c has the rules).
+ * Written by the superuser-only idem_bind() and idem_unbind(); dumped by
+ * pg_dump, role names and all, but for bindings of roles dropped since.
+ * Any change, however made, invalidates every backend's cached bindings.
+ */
+CREATE TABLE idem_binding (
+	role				regrole PRIMARY KEY,
+	tenant				text COLLATE "C" NOT NULL
+		CHECK (octet_length(tenant) BETWEEN 1 AND 255)
+);
+
+COMMENT ON TABLE idem_binding IS
+	'tenant bindings: each role may touch only its tenant; change with idem_bind() and idem_unbind()';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_binding',
+	'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles r'
+	' WHERE r.oid OPERATOR(pg_catalog.=) idem_binding.role)');
+
+REVOKE ALL ON idem_binding FROM PUBLIC;
+
+CREATE FUNCTION idem_binding_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_binding_changed'
+LANGUAGE C;
+
+REVOKE ALL ON FUNCTION idem_binding_changed() FROM PUBLIC;
+
+CREATE TRIGGER idem_binding_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem_binding
+	FOR EACH STATEMENT EXECUTE FUNCTION idem_binding_changed();
+
+CREATE FUNCTION idem_bind(role regrole, tenant text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_bind'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+CREATE FUNCTION idem_unbind(role regrole)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_unbind'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_bind(regrole, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_unbind(regrole) FROM PUBLIC;
+
+CREATE FUNCTION idem_tenant()
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_tenant'
+LANGUAGE C STABLE;
+
+COMMENT ON FUNCTION idem_bind(regrole, text) IS
+	'bind a role to a tenant: it and its members may touch no other (superuser only)';
+COMMENT ON FUNCTION idem_unbind(regrole) IS
+	'drop a role''s tenant binding; returns whether it had one (superuser only)';
+COMMENT ON FUNCTION idem_tenant() IS
+	'the tenant this call is bound to, NULL when unbound';
 
 /*
  * The fencing floor: for each of 4096 buckets of keys (by hash of the key),
@@ -67,6 +130,11 @@ SELECT pg_catalog.pg_extension_config_dump('idem_attempt_floor', '');
 
 REVOKE ALL ON idem_attempt_floor FROM PUBLIC;
 
+/*
+ * The trigger runs as the owner, the one function of the extension that
+ * does: a role a DBA granted DELETE on idem_record (which row-level security
+ * then lets delete nothing) must not make every DELETE fail on the floor.
+ */
 CREATE FUNCTION idem_record_forgotten()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -90,35 +158,38 @@ CREATE TRIGGER idem_record_forgotten AFTER DELETE ON idem_record
 	FOR EACH STATEMENT EXECUTE FUNCTION idem_record_forgotten();
 
 /*
- * Row-level security bound to idem.tenant: a role bound to a tenant that a
- * DBA grants SELECT on the table still sees only that tenant's rows, and,
- * with no policy for writes, can change none even if granted.  The API
- * functions run as the owner, whom row-level security does not restrict;
- * they check the binding themselves.
+ * Row-level security from the same bindings: a bound role that a DBA
+ * grants SELECT on the table still sees only its tenant's rows (the
+ * binding is read once per query), and, with no policy for writes, can
+ * change none even if granted.  The API functions check the binding
+ * themselves and read and write the table as its owner, whom row-level
+ * security does not restrict.
  */
 ALTER TABLE idem_record ENABLE ROW LEVEL SECURITY;
 CREATE POLICY idem_record_tenant ON idem_record FOR SELECT
-	USING (coalesce(pg_catalog.current_setting('idem.tenant', true), '')
-		   OPERATOR(pg_catalog.=) ''
-		   OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('idem.tenant', true));
+	USING (tenant OPERATOR(pg_catalog.=)
+		   coalesce((SELECT @extschema@.idem_tenant()), tenant) COLLATE "C");
 
 /*
- * The API.  Every function runs as the extension owner, who alone may touch
- * idem_record, with a pinned search_path; the C code also schema-qualifies
- * every object and operator it uses.
+ * The API.  Every function runs as its caller, so that the tenant binding
+ * sees who calls, with a pinned search_path; the C code reads and writes
+ * idem_record as its owner, who alone may touch it, and schema-qualifies
+ * every object and operator it uses.  None is SECURITY DEFINER.
  */
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   fingerprint bytea DEFAULT NULL,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
 						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
-						   OUT body bytea, OUT attempt integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
 						   OUT created_at timestamptz,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
@@ -126,13 +197,15 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
 						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
-						   OUT body bytea, OUT attempt integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
 						   OUT created_at timestamptz,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim_text'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
@@ -140,130 +213,142 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   wait boolean DEFAULT false,
 						   lease interval DEFAULT NULL,
 						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
 						   OUT outcome text, OUT status integer,
-						   OUT body bytea, OUT attempt integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
 						   OUT created_at timestamptz,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim_jsonb'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body bytea,
-							  attempt integer DEFAULT NULL)
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body text,
-							  attempt integer DEFAULT NULL)
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body jsonb,
-							  attempt integer DEFAULT NULL)
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete_jsonb'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body bytea,
 						  retryable boolean DEFAULT false,
-						  attempt integer DEFAULT NULL)
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body text,
 						  retryable boolean DEFAULT false,
-						  attempt integer DEFAULT NULL)
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body jsonb,
 						  retryable boolean DEFAULT false,
-						  attempt integer DEFAULT NULL)
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail_jsonb'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint bytea DEFAULT NULL,
 							OUT outcome text, OUT status integer,
-							OUT body bytea, OUT attempt integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
 							OUT created_at timestamptz,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay'
-LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+LANGUAGE C STABLE ROWS 1
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint text,
 							OUT outcome text, OUT status integer,
-							OUT body bytea, OUT attempt integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
 							OUT created_at timestamptz,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_text'
-LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+LANGUAGE C STABLE ROWS 1
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint jsonb,
 							OUT outcome text, OUT status integer,
-							OUT body bytea, OUT attempt integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
 							OUT created_at timestamptz,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_jsonb'
-LANGUAGE C STABLE SECURITY DEFINER ROWS 1
+LANGUAGE C STABLE ROWS 1
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_release(tenant text, endpoint text, key text,
 							 attempt integer DEFAULT NULL)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_release'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_purge()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'idem_purge'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 REVOKE ALL ON FUNCTION idem_purge() FROM PUBLIC;
 
-/* Operator tools: not for PUBLIC; both honour idem.tenant */
+/* Operator tools: not for PUBLIC; both honour the tenant binding */
 CREATE FUNCTION idem_list(tenant text, endpoint text DEFAULT NULL,
 						  with_body boolean DEFAULT false,
 						  max_rows integer DEFAULT 100)
 RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
 			   status integer, attempt integer, created_at timestamptz,
 			   claimed_at timestamptz, lease_expires_at timestamptz,
-			   finished_at timestamptz, expires_at timestamptz, body bytea)
+			   finished_at timestamptz, expires_at timestamptz, body bytea,
+			   headers jsonb)
 AS 'MODULE_PATHNAME', 'idem_list'
-LANGUAGE C STABLE SECURITY DEFINER
+LANGUAGE C STABLE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 CREATE FUNCTION idem_forget(tenant text, endpoint text, key text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_forget'
-LANGUAGE C VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, @extschema@, pg_temp;
 
 REVOKE ALL ON FUNCTION idem_list(text, text, boolean, integer) FROM PUBLIC;
@@ -313,11 +398,11 @@ REVOKE ALL ON idem_stats FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idem_stats_read() TO pg_monitor;
 GRANT SELECT ON idem_stats TO pg_monitor;
 
-COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval) IS
+COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval, interval) IS
 	'claim a key before executing a request: claimed, replay, in_progress, mismatch or unknown';
-COMMENT ON FUNCTION idem_complete(text, text, text, integer, bytea, integer) IS
+COMMENT ON FUNCTION idem_complete(text, text, text, integer, bytea, integer, jsonb) IS
 	'finish a pending claim with the response to replay';
-COMMENT ON FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer) IS
+COMMENT ON FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) IS
 	'finish a pending claim as failed: replayed, or re-executable when retryable';
 COMMENT ON FUNCTION idem_replay(text, text, text, bytea) IS
 	'read-only look-up of what a claim would answer, without claiming';

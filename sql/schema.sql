@@ -16,14 +16,15 @@ SELECT pg_describe_object(classid, objid, objsubid) AS member
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem')
  ORDER BY 1;
 
--- pg_dump dumps the records: the table is a configuration table with no filter
+-- pg_dump dumps the records (no filter) and the bindings of existing roles
 SELECT extconfig::regclass[], extcondition FROM pg_extension WHERE extname = 'idem';
 
 -- the table: columns, the unique key, the purge index, fillfactor for HOT
 \d api.idem_record
 SELECT reloptions FROM pg_class WHERE oid = 'api.idem_record'::regclass;
 
--- every function runs as the owner with a pinned search_path
+-- no function is SECURITY DEFINER: the API runs as its caller, with a
+-- pinned search_path, and reads and writes the table as its owner
 SELECT p.oid::regprocedure AS function, p.prosecdef, p.provolatile,
        p.proisstrict, p.proconfig
   FROM pg_proc p WHERE p.pronamespace = 'api'::regnamespace ORDER BY 1;

@@ -1,6 +1,7 @@
 --
--- tenant.sql: the tenant binding, row-level security, privileges, and the
--- search_path attack
+-- tenant.sql: the tenant binding (idem_bind), SET ROLE, role membership,
+-- security definer functions, idem.require_binding, row-level security,
+-- privileges, and the search_path attack
 --
 CREATE EXTENSION idem;
 \pset null '(null)'
@@ -13,18 +14,43 @@ SELECT idem_complete('globex', 'POST /orders', 'g1', 201, 'globex secret');
 SELECT outcome FROM idem_claim('globex', 'POST /orders', 'g2');
 
 CREATE ROLE regress_acme LOGIN;
-ALTER ROLE regress_acme SET idem.tenant = 'acme';
+CREATE ROLE regress_other LOGIN;
+SELECT idem_bind('regress_acme', 'acme');
+SELECT role, tenant FROM idem_binding;
 GRANT EXECUTE ON FUNCTION idem_list(text, text, boolean, integer) TO regress_acme;
 GRANT EXECUTE ON FUNCTION idem_forget(text, text, text) TO regress_acme;
 
--- a role's binding is a superuser's to set
-CREATE ROLE regress_other LOGIN;
+-- a role's binding is a superuser's to set, by no other means
 SET ROLE regress_other;
-ALTER ROLE regress_other SET idem.tenant = 'globex';
+\set VERBOSITY terse
+SELECT idem_bind('regress_other', 'globex');
+SELECT idem_unbind('regress_acme');
+INSERT INTO idem_binding VALUES ('regress_other', 'globex');
+DELETE FROM idem_binding;
 RESET ROLE;
+GRANT EXECUTE ON FUNCTION idem_bind(regrole, text) TO regress_other;
+GRANT EXECUTE ON FUNCTION idem_unbind(regrole) TO regress_other;
+SET ROLE regress_other;
+SELECT idem_bind('regress_other', 'globex');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT idem_unbind('regress_acme');
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION idem_bind(regrole, text) FROM regress_other;
+REVOKE EXECUTE ON FUNCTION idem_unbind(regrole) FROM regress_other;
+
+-- bad bindings
+SELECT idem_bind(NULL, 'acme');
+SELECT idem_bind('regress_other', NULL);
+SELECT idem_bind('regress_other', '');
+SELECT idem_bind('regress_other', repeat('t', 256));
+SELECT idem_bind('regress_nobody', 'acme');
+SELECT idem_bind(12345::oid::regrole, 'acme');
+SELECT idem_unbind(NULL);
+\set VERBOSITY default
+SELECT role, tenant FROM idem_binding;
 
 \c - regress_acme
-SHOW idem.tenant;
+SELECT idem_tenant();
 \set VERBOSITY terse
 
 -- its own tenant: everything works
@@ -35,28 +61,34 @@ SELECT outcome, status FROM idem_replay('acme', 'POST /orders', 'a2');
 SELECT endpoint, key, state, body FROM idem_list('acme');
 
 -- another tenant: refused by every function, before touching anything
+\set VERBOSITY default
 SELECT outcome FROM idem_claim('globex', 'POST /orders', 'g1');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+\set VERBOSITY terse
 SELECT outcome FROM idem_claim('globex', 'POST /orders', 'new');
+SELECT outcome FROM idem_claim('globex', 'POST /orders', 'g1', '{"a": 1}'::jsonb);
 SELECT idem_complete('globex', 'POST /orders', 'g2', 200, 'hijack');
+SELECT idem_complete('globex', 'POST /orders', 'g2', 200, '{"a": 1}'::jsonb);
 SELECT idem_fail('globex', 'POST /orders', 'g2', 500, 'hijack', retryable => true);
+SELECT idem_fail('globex', 'POST /orders', 'g2', 500, '{"a": 1}'::jsonb);
 SELECT idem_release('globex', 'POST /orders', 'g2');
 SELECT * FROM idem_replay('globex', 'POST /orders', 'g1');
 SELECT * FROM idem_list('globex');
 SELECT idem_forget('globex', 'POST /orders', 'g1');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT idem_purge();
 
--- it cannot unbind itself
+-- no setting unbinds it: idem.tenant is gone, and the rest are not its
 SET idem.tenant = 'globex';
-SET LOCAL idem.tenant = 'globex';
-RESET idem.tenant;
-SELECT set_config('idem.tenant', 'globex', false);
 SELECT set_config('idem.tenant', '', false);
-SHOW idem.tenant;
+SET idem.require_binding = off;
+SELECT idem_tenant();
 
--- nor read or write the table
+-- nor can it read or write the table
 SELECT count(*) FROM idem_record;
 UPDATE idem_record SET body = 'x';
 DELETE FROM idem_record;
+SELECT count(*) FROM idem_binding;
 
 \c - :superuser
 \set VERBOSITY default
@@ -67,10 +99,11 @@ SELECT tenant, key, state, convert_from(body, 'UTF8') AS body
 
 -- even granted the table, a bound role sees only its tenant's rows and
 -- changes nothing
-GRANT SELECT, INSERT, UPDATE, DELETE ON idem_record TO regress_acme;
+GRANT SELECT, INSERT, UPDATE, DELETE ON idem_record TO regress_acme, regress_other;
 \c - regress_acme
 \set VERBOSITY terse
 SELECT tenant, key FROM idem_record ORDER BY tenant, key;
+SELECT tenant, key FROM idem_record WHERE tenant = 'globex';
 UPDATE idem_record SET body = 'x';
 DELETE FROM idem_record;
 INSERT INTO idem_record (tenant, endpoint, key, state, attempt, created_at,
@@ -79,7 +112,138 @@ VALUES ('globex', 'POST /orders', 'forged', 'succeeded', 1, now(), now(), now(),
 \c - :superuser
 \set VERBOSITY default
 SELECT tenant, key, convert_from(body, 'UTF8') AS body FROM idem_record ORDER BY tenant, key;
-REVOKE ALL ON idem_record FROM regress_acme;
+
+-- SET ROLE binds as a login does; RESET ROLE ends it
+\set VERBOSITY terse
+SET ROLE regress_acme;
+SELECT idem_tenant();
+SELECT * FROM idem_replay('globex', 'POST /orders', 'g1');
+SELECT tenant, key FROM idem_record ORDER BY tenant, key;
+RESET ROLE;
+SELECT idem_tenant();
+SELECT outcome FROM idem_replay('globex', 'POST /orders', 'g1');
+BEGIN;
+SET LOCAL ROLE regress_acme;
+SELECT outcome FROM idem_claim('globex', 'POST /orders', 'g1');
+ROLLBACK;
+
+-- the bindings are read once per role and cached: fifty calls scan nothing
+SET ROLE regress_acme;
+SELECT idem_tenant();
+BEGIN;
+SELECT pg_stat_get_xact_numscans('idem_binding'::regclass) AS scans_before \gset
+SELECT count(*) FROM generate_series(1, 50) i,
+	idem_replay('acme', 'POST /orders', 'a' || (i % 2 + 1)) r;
+SELECT pg_stat_get_xact_numscans('idem_binding'::regclass) - :scans_before AS binding_scans;
+COMMIT;
+RESET ROLE;
+
+-- a role that inherits a bound role's privileges is bound; one that does
+-- not inherit them has neither them nor the binding
+CREATE ROLE regress_acme_member IN ROLE regress_acme;
+CREATE ROLE regress_acme_noinherit NOINHERIT IN ROLE regress_acme;
+CREATE ROLE regress_nested IN ROLE regress_acme_member;
+SET ROLE regress_acme_member;
+SELECT idem_tenant();
+SELECT outcome FROM idem_claim('globex', 'POST /orders', 'g1');
+SET ROLE regress_acme_noinherit;
+SELECT idem_tenant();
+SELECT outcome FROM idem_replay('globex', 'POST /orders', 'g1');
+SET ROLE regress_nested;
+SELECT outcome FROM idem_claim('globex', 'POST /orders', 'g1');
+SELECT outcome FROM idem_replay('acme', 'POST /orders', 'a1');
+RESET ROLE;
+
+-- a role with the privileges of roles bound to different tenants may touch
+-- neither
+CREATE ROLE regress_globex;
+SELECT idem_bind('regress_globex', 'globex');
+GRANT regress_globex TO regress_acme_member;
+SET ROLE regress_acme_member;
+SELECT idem_tenant();
+\set VERBOSITY default
+SELECT outcome FROM idem_replay('acme', 'POST /orders', 'a1');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+\set VERBOSITY terse
+SELECT outcome FROM idem_replay('globex', 'POST /orders', 'g1');
+RESET ROLE;
+REVOKE regress_globex FROM regress_acme_member;
+SET ROLE regress_acme_member;
+SELECT outcome FROM idem_replay('acme', 'POST /orders', 'a1');
+RESET ROLE;
+
+-- security definer functions: a bound caller stays bound in a function of
+-- an unbound role, and a function of a bound role is bound for any caller
+CREATE FUNCTION public.replay_as_other(t text) RETURNS text
+	LANGUAGE sql SECURITY DEFINER
+	AS $$ SELECT outcome || ' ' || convert_from(body, 'UTF8') FROM public.idem_replay(t, 'POST /orders', 'g1') $$;
+ALTER FUNCTION public.replay_as_other(text) OWNER TO regress_other;
+CREATE FUNCTION public.replay_as_acme(t text) RETURNS text
+	LANGUAGE sql SECURITY DEFINER
+	AS $$ SELECT outcome || ' ' || convert_from(body, 'UTF8') FROM public.idem_replay(t, 'POST /orders', 'g1') $$;
+ALTER FUNCTION public.replay_as_acme(text) OWNER TO regress_acme;
+SELECT public.replay_as_other('globex');
+SET ROLE regress_other;
+SELECT public.replay_as_other('globex');
+SELECT public.replay_as_acme('globex');
+RESET ROLE;
+SET ROLE regress_acme;
+\set VERBOSITY default
+SELECT public.replay_as_other('globex');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+\set VERBOSITY terse
+RESET ROLE;
+\c - regress_acme
+\set VERBOSITY terse
+SELECT public.replay_as_other('globex');
+\c - :superuser
+\set VERBOSITY terse
+
+-- idem.require_binding: a non-superuser bound to nothing touches nothing
+SET idem.require_binding = on;
+SELECT outcome FROM idem_replay('globex', 'POST /orders', 'g1');
+SET ROLE regress_other;
+SELECT idem_tenant();
+\set VERBOSITY default
+SELECT outcome FROM idem_replay('globex', 'POST /orders', 'g1');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+\set VERBOSITY terse
+SELECT outcome FROM idem_claim('acme', 'POST /orders', 'new');
+SELECT tenant, key FROM idem_record;
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+RESET ROLE;
+SET ROLE regress_acme;
+SELECT outcome FROM idem_replay('acme', 'POST /orders', 'a1');
+RESET ROLE;
+RESET idem.require_binding;
+SET ROLE regress_other;
+SELECT outcome FROM idem_replay('globex', 'POST /orders', 'g1');
+SELECT count(*) FROM idem_record;
+RESET ROLE;
+
+-- unbinding frees the role, at once in this session
+SELECT idem_unbind('regress_acme');
+SELECT idem_unbind('regress_acme');
+SET ROLE regress_acme;
+SELECT idem_tenant();
+SELECT outcome FROM idem_replay('globex', 'POST /orders', 'g1');
+RESET ROLE;
+BEGIN;
+SELECT idem_bind('regress_acme', 'acme');
+SET LOCAL ROLE regress_acme;
+SELECT idem_tenant();
+ROLLBACK;
+SET ROLE regress_acme;
+SELECT idem_tenant();
+RESET ROLE;
+SELECT idem_bind('regress_acme', 'acme');
+SELECT idem_bind('regress_acme', 'initech');
+SELECT role, tenant FROM idem_binding ORDER BY tenant;
+\set VERBOSITY default
+
+DROP FUNCTION public.replay_as_other(text);
+DROP FUNCTION public.replay_as_acme(text);
+REVOKE ALL ON idem_record FROM regress_acme, regress_other;
 
 -- an operator can forget a key, and the next claim executes again, fenced
 -- above the forgotten record's attempt
@@ -141,5 +305,9 @@ RESET search_path;
 DROP SCHEMA evil CASCADE;
 DROP EXTENSION idem;
 DROP ROLE regress_attacker;
+DROP ROLE regress_nested;
+DROP ROLE regress_acme_member;
+DROP ROLE regress_acme_noinherit;
+DROP ROLE regress_globex;
 DROP ROLE regress_acme;
 DROP ROLE regress_other;

@@ -20,6 +20,8 @@
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "idem.h"
@@ -47,8 +49,33 @@ typedef enum FingerprintKind
 	FP_JSONB
 } FingerprintKind;
 
-/* The row type of idem_claim and idem_replay, built once per backend */
-static TupleDesc answer_desc = NULL;
+/*
+ * The row types of idem_claim and idem_replay, built once per backend: the
+ * current one, and 0.1.0's (no headers column), which the previous
+ * version's SQL definitions still declare between installing this library
+ * and ALTER EXTENSION idem UPDATE.  Those definitions also take fewer
+ * arguments, which is how a call says which row it expects.
+ */
+typedef enum AnswerShape
+{
+	ANSWER_CURRENT,
+	ANSWER_0_1,
+	NUM_ANSWER_SHAPES
+} AnswerShape;
+
+static TupleDesc answer_desc[NUM_ANSWER_SHAPES];
+
+/*
+ * Whether an optional argument was given and is not NULL.  Between
+ * installing a new library and ALTER EXTENSION idem UPDATE, the previous
+ * version's SQL definitions call these functions with fewer arguments:
+ * an argument they lack is never read.
+ */
+static inline bool
+arg_given(FunctionCallInfo fcinfo, int argno)
+{
+	return PG_NARGS() > argno && !PG_ARGISNULL(argno);
+}
 
 static void
 require_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
@@ -116,19 +143,140 @@ status_from_arg(FunctionCallInfo fcinfo, int argno)
 static bytea *
 body_from_arg(FunctionCallInfo fcinfo, int argno, bool jsonb)
 {
-	bytea	   *body;
-	Size		limit = (Size) idem_max_body_size * 1024;
-
 	if (PG_ARGISNULL(argno))
 		return NULL;
-	body = jsonb ? jsonb_body(PG_GETARG_DATUM(argno)) : PG_GETARG_BYTEA_PP(argno);
-	if (VARSIZE_ANY_EXHDR(body) > limit)
+	return jsonb ? jsonb_body(PG_GETARG_DATUM(argno)) : PG_GETARG_BYTEA_PP(argno);
+}
+
+/*
+ * idem.max_body_size bounds what a replay sends back: the body's bytes plus
+ * the stored size of the headers.
+ */
+static void
+check_response_size(bytea *body, Jsonb *headers)
+{
+	Size		limit = (Size) idem_max_body_size * 1024;
+	Size		body_size = body != NULL ? VARSIZE_ANY_EXHDR(body) : 0;
+	Size		headers_size = headers != NULL ? VARSIZE_ANY_EXHDR(headers) : 0;
+
+	if (body_size > limit)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("response body of %zu bytes is larger than idem.max_body_size",
-						(Size) VARSIZE_ANY_EXHDR(body)),
+						body_size),
 				 errdetail("idem.max_body_size is %zu bytes.", limit)));
-	return body;
+	if (body_size + headers_size > limit)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("response of %zu bytes (body) and %zu bytes (headers) is larger than idem.max_body_size",
+						body_size, headers_size),
+				 errdetail("idem.max_body_size is %zu bytes, and bounds the body and the headers together.",
+						   limit)));
+}
+
+/* RFC 9110's token characters, the only ones a header name may have */
+static bool
+is_header_name(const char *s, int len)
+{
+	if (len == 0)
+		return false;
+	for (int i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') ||
+			  (c >= 'a' && c <= 'z') ||
+			  (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL)))
+			return false;
+	}
+	return true;
+}
+
+/* A header value must not break its line: no CR, LF or NUL */
+static bool
+is_header_value(const char *s, int len)
+{
+	for (int i = 0; i < len; i++)
+		if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0')
+			return false;
+	return true;
+}
+
+pg_noreturn static void report_bad_headers(const char *detail);
+
+/* detail is a full sentence, already formatted */
+static void
+report_bad_headers(const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("headers must be a JSON object of header names to strings or arrays of strings"),
+			 errdetail_internal("%s", detail)));
+}
+
+/*
+ * Response headers, NULL for none: a JSON object whose keys are header
+ * names and whose values are strings, or arrays of strings for a header
+ * sent more than once (Set-Cookie).  Anything else could not be replayed as
+ * HTTP headers, so it is refused here rather than when a replay sends it.
+ */
+static Jsonb *
+headers_from_arg(FunctionCallInfo fcinfo, int argno)
+{
+	Jsonb	   *headers;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	int			depth = 0;
+	const char *name = "";
+	int			name_len = 0;
+
+	if (!arg_given(fcinfo, argno))
+		return NULL;
+	headers = PG_GETARG_JSONB_P(argno);
+	if (JB_ROOT_IS_SCALAR(headers) || !JB_ROOT_IS_OBJECT(headers))
+		report_bad_headers("The value given is not a JSON object.");
+
+	it = JsonbIteratorInit(&headers->root);
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		switch (tok)
+		{
+			case WJB_BEGIN_OBJECT:
+				if (++depth > 1)
+					report_bad_headers(psprintf("The value of header \"%.*s\" is an object.",
+													 name_len, name));
+				break;
+			case WJB_BEGIN_ARRAY:
+				if (++depth > 2)
+					report_bad_headers(psprintf("The value of header \"%.*s\" has a nested array.",
+													 name_len, name));
+				break;
+			case WJB_END_OBJECT:
+			case WJB_END_ARRAY:
+				depth--;
+				break;
+			case WJB_KEY:
+				name = v.val.string.val;
+				name_len = v.val.string.len;
+				if (!is_header_name(name, name_len))
+					report_bad_headers(psprintf("\"%.*s\" is not a valid header name.",
+													 name_len, name));
+				break;
+			case WJB_VALUE:
+			case WJB_ELEM:
+				if (v.type != jbvString)
+					report_bad_headers(psprintf("The value of header \"%.*s\" is not a string.",
+													 name_len, name));
+				if (!is_header_value(v.val.string.val, v.val.string.len))
+					report_bad_headers(psprintf("The value of header \"%.*s\" has a line break or a NUL.",
+													 name_len, name));
+				break;
+			case WJB_DONE:
+				break;
+		}
+	}
+	return headers;
 }
 
 /* An optional fencing token: false when the caller gave none */
@@ -154,40 +302,56 @@ bool_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 }
 
 static TupleDesc
-get_answer_desc(FunctionCallInfo fcinfo)
+get_answer_desc(FunctionCallInfo fcinfo, AnswerShape shape)
 {
-	if (answer_desc == NULL)
+	if (answer_desc[shape] == NULL)
 	{
 		TupleDesc	desc;
 		MemoryContext old;
 
 		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 			elog(ERROR, "return type must be a row type");
+		if (desc->natts != (shape == ANSWER_CURRENT ? 7 : 6))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the SQL definition of %s does not match the idem library",
+							get_func_name(fcinfo->flinfo->fn_oid)),
+					 errhint("Run ALTER EXTENSION idem UPDATE.")));
 		old = MemoryContextSwitchTo(TopMemoryContext);
-		answer_desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+		answer_desc[shape] = BlessTupleDesc(CreateTupleDescCopy(desc));
 		MemoryContextSwitchTo(old);
 	}
-	return answer_desc;
+	return answer_desc[shape];
 }
 
+/* The answer as a row of the caller's row type */
 static HeapTuple
-answer_tuple(FunctionCallInfo fcinfo, const IdemAnswer *answer)
+answer_tuple(FunctionCallInfo fcinfo, AnswerShape shape,
+			 const IdemAnswer *answer)
 {
-	Datum		values[6];
-	bool		nulls[6];
+	Datum		values[7];
+	bool		nulls[7];
+	int			c = 0;
 
-	values[0] = CStringGetTextDatum(outcome_name(answer->outcome));
-	nulls[0] = false;
-	values[1] = Int32GetDatum(answer->status);
-	nulls[1] = !answer->has_status;
-	values[2] = PointerGetDatum(answer->body);
-	nulls[2] = answer->body == NULL;
-	values[3] = Int32GetDatum(answer->attempt);
-	values[4] = TimestampTzGetDatum(answer->created_at);
-	values[5] = TimestampTzGetDatum(answer->expires_at);
-	nulls[3] = nulls[4] = nulls[5] = !answer->has_record;
+	values[c] = CStringGetTextDatum(outcome_name(answer->outcome));
+	nulls[c++] = false;
+	values[c] = Int32GetDatum(answer->status);
+	nulls[c++] = !answer->has_status;
+	values[c] = PointerGetDatum(answer->body);
+	nulls[c++] = answer->body == NULL;
+	if (shape == ANSWER_CURRENT)
+	{
+		values[c] = PointerGetDatum(answer->headers);
+		nulls[c++] = answer->headers == NULL;
+	}
+	values[c] = Int32GetDatum(answer->attempt);
+	nulls[c++] = !answer->has_record;
+	values[c] = TimestampTzGetDatum(answer->created_at);
+	nulls[c++] = !answer->has_record;
+	values[c] = TimestampTzGetDatum(answer->expires_at);
+	nulls[c++] = !answer->has_record;
 
-	return heap_form_tuple(get_answer_desc(fcinfo), values, nulls);
+	return heap_form_tuple(get_answer_desc(fcinfo, shape), values, nulls);
 }
 
 /* An optional request fingerprint, digested; not present when NULL */
@@ -196,7 +360,7 @@ fingerprint_from_arg(FunctionCallInfo fcinfo, int argno, FingerprintKind kind,
 					 IdemFingerprint *fp)
 {
 	fp->present = false;
-	if (PG_ARGISNULL(argno))
+	if (!arg_given(fcinfo, argno))
 		return;
 	if (kind == FP_JSONB)
 		fingerprint_jsonb(PG_GETARG_DATUM(argno), fp);
@@ -219,15 +383,24 @@ claim(FunctionCallInfo fcinfo, FingerprintKind kind)
 	bool		wait;
 	Interval   *lease;
 	Interval   *retention;
+	Interval   *wait_timeout;
 
 	key_from_args(fcinfo, &key);
 	fingerprint_from_arg(fcinfo, 3, kind, &fp);
 	wait = bool_from_arg(fcinfo, 4, "wait");
 	lease = PG_ARGISNULL(5) ? NULL : PG_GETARG_INTERVAL_P(5);
-	retention = PG_ARGISNULL(6) ? NULL : PG_GETARG_INTERVAL_P(6);
+	retention = arg_given(fcinfo, 6) ? PG_GETARG_INTERVAL_P(6) : NULL;
+	wait_timeout = arg_given(fcinfo, 7) ? PG_GETARG_INTERVAL_P(7) : NULL;
+	if (wait_timeout != NULL && !wait)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait_timeout needs wait => true"),
+				 errdetail("A claim that does not wait answers in_progress at once.")));
 
-	protocol_claim(&key, &fp, wait, lease, retention, &answer);
-	return HeapTupleGetDatum(answer_tuple(fcinfo, &answer));
+	protocol_claim(&key, &fp, wait, lease, retention, wait_timeout, &answer);
+	return HeapTupleGetDatum(answer_tuple(fcinfo,
+										  PG_NARGS() > 6 ? ANSWER_CURRENT : ANSWER_0_1,
+										  &answer));
 }
 
 Datum
@@ -249,8 +422,8 @@ idem_claim_jsonb(PG_FUNCTION_ARGS)
 }
 
 /*
- * idem_complete (status, body, attempt) and idem_fail (status, body,
- * retryable, attempt): the same arguments but for retryable.
+ * idem_complete (status, body, attempt, headers) and idem_fail (status,
+ * body, retryable, attempt, headers): the same arguments but for retryable.
  */
 static Datum
 finish(FunctionCallInfo fcinfo, bool jsonb, bool failed)
@@ -261,6 +434,7 @@ finish(FunctionCallInfo fcinfo, bool jsonb, bool failed)
 	bool		retryable = false;
 	int32		attempt = 0;
 	bool		has_attempt;
+	Jsonb	   *headers;
 	IdemFinish	how;
 
 	key_from_args(fcinfo, &key);
@@ -269,10 +443,13 @@ finish(FunctionCallInfo fcinfo, bool jsonb, bool failed)
 	if (failed)
 		retryable = bool_from_arg(fcinfo, 5, "retryable");
 	has_attempt = attempt_from_arg(fcinfo, failed ? 6 : 5, &attempt);
+	headers = headers_from_arg(fcinfo, failed ? 7 : 6);
+	check_response_size(body, headers);
 
 	how = !failed ? IDEM_FINISH_COMPLETE :
 		retryable ? IDEM_FINISH_FAIL_RETRYABLE : IDEM_FINISH_FAIL;
-	protocol_finish(&key, how, has_attempt, attempt, true, status, body);
+	protocol_finish(&key, how, has_attempt, attempt, true, status, body,
+					headers);
 	PG_RETURN_VOID();
 }
 
@@ -311,7 +488,7 @@ idem_release(PG_FUNCTION_ARGS)
 	has_attempt = attempt_from_arg(fcinfo, 3, &attempt);
 
 	PG_RETURN_BOOL(protocol_finish(&key, IDEM_FINISH_RELEASE, has_attempt,
-								   attempt, false, 0, NULL));
+								   attempt, false, 0, NULL, NULL));
 }
 
 /*
@@ -336,7 +513,10 @@ replay(FunctionCallInfo fcinfo, FingerprintKind kind)
 		fingerprint_from_arg(fcinfo, 3, kind, &fp);
 		if (protocol_replay(&key, &fp, &answer))
 		{
-			funcctx->user_fctx = answer_tuple(fcinfo, &answer);
+			funcctx->user_fctx =
+				answer_tuple(fcinfo,
+							 PG_NARGS() > 3 ? ANSWER_CURRENT : ANSWER_0_1,
+							 &answer);
 			funcctx->max_calls = 1;
 		}
 		MemoryContextSwitchTo(old);

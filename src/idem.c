@@ -2,7 +2,8 @@
  *
  * idem.c
  *	  Module initialization: settings, and, when preloaded, the retention
- *	  rule at startup, the shared-memory counters and the purge launcher.
+ *	  rule at startup, the shared-memory counters, the wake-up slots of
+ *	  waiting claims and the purge launcher.
  *
  *-------------------------------------------------------------------------
  */
@@ -34,5 +35,6 @@ _PG_init(void)
 		return;
 	settings_check_retention_rule(WARNING);
 	stats_init();
+	wait_init();
 	worker_register_launcher();
 }

@@ -18,6 +18,7 @@
 #include "access/tupdesc.h"
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -72,6 +73,7 @@ typedef struct IdemRecord
 	bool		has_status;
 	int32		status;
 	bytea	   *body;			/* NULL when the response had none */
+	Jsonb	   *headers;		/* NULL when the response had none */
 	int32		attempt;
 	TimestampTz created_at;
 	TimestampTz lease_expires_at;
@@ -86,8 +88,10 @@ typedef struct IdemAnswer
 	bool		has_status;
 	int32		status;
 	bytea	   *body;
+	Jsonb	   *headers;
 	int32		attempt;
 	TimestampTz created_at;
+	TimestampTz lease_expires_at;	/* of an in_progress record; not returned */
 	TimestampTz expires_at;
 } IdemAnswer;
 
@@ -100,6 +104,17 @@ typedef enum IdemFinish
 	IDEM_FINISH_RELEASE			/* dropped, the next claim executes again */
 } IdemFinish;
 
+/*
+ * A claim's wait for a committed pending claim of its key: the wake-up
+ * slot's generation when it last looked (with idem preloaded), or the next
+ * poll's sleep (without)
+ */
+typedef struct IdemWait
+{
+	uint64		generation;
+	long		poll_ms;
+} IdemWait;
+
 /* settings.c */
 extern int	idem_retention;		/* seconds */
 extern int	idem_retry_window;	/* seconds */
@@ -109,7 +124,7 @@ extern int	idem_purge_batch;	/* rows */
 extern int	idem_max_body_size; /* kilobytes */
 extern bool idem_log_outcomes;
 extern bool idem_standby_replay;
-extern char *idem_tenant;
+extern bool idem_require_binding;
 extern void settings_init(void);
 extern void settings_check_retention_rule(int elevel);
 extern void settings_guard_alter_system(void);
@@ -122,8 +137,10 @@ extern void fingerprint_jsonb(Datum jsonb, IdemFingerprint *fp);
 extern bytea *jsonb_body(Datum jsonb);
 
 /* keylock.c: the key lock of the SQL way into idem_record */
-extern bool keylock_acquire(const IdemKey *key, bool wait);
+extern bool keylock_acquire(const IdemKey *key, bool wait,
+							bool *already_held);
 extern bool keylock_held_by_other(const IdemKey *key);
+extern uint64 keylock_hash(const IdemKey *key);
 extern void keylock_release(const IdemKey *key);
 
 /* record.c: what record_probe finds of a key's record */
@@ -146,7 +163,7 @@ extern void record_open(void);
 extern void record_close(void);
 extern bool record_fetch(const IdemKey *key, IdemRecord *rec);
 extern RecordProbe record_probe(const IdemKey *key, bool wait,
-								IdemRecord *rec);
+								IdemRecord *rec, bool *own);
 extern bool record_busy(const IdemKey *key);
 extern void record_unlock(const IdemKey *key);
 extern bool record_insert_claim(const IdemKey *key,
@@ -157,7 +174,8 @@ extern RecordWrite record_reclaim(const IdemKey *key, const IdemRecord *rec,
 								  TimestampTz now, bool wait);
 extern RecordWrite record_finish(const IdemKey *key, IdemState state,
 								 bool retryable, bool has_status,
-								 int32 status, bytea *body, TimestampTz now);
+								 int32 status, bytea *body, Jsonb *headers,
+								 TimestampTz now);
 extern uint64 record_purge_batch(TimestampTz now, int batch, TimestampTz *from);
 extern List *record_list(text *tenant, text *endpoint, bool with_body,
 						 int32 max_rows, TupleDesc desc);
@@ -166,12 +184,13 @@ extern bool record_forget(const IdemKey *key);
 /* protocol.c */
 extern void protocol_claim(const IdemKey *key, const IdemFingerprint *fp,
 						   bool wait, Interval *lease, Interval *retention,
-						   IdemAnswer *answer);
+						   Interval *wait_timeout, IdemAnswer *answer);
 extern bool protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 							IdemAnswer *answer);
 extern bool protocol_finish(const IdemKey *key, IdemFinish how,
 							bool has_attempt, int32 attempt,
-							bool has_status, int32 status, bytea *body);
+							bool has_status, int32 status, bytea *body,
+							Jsonb *headers);
 extern List *protocol_list(text *tenant, text *endpoint, bool with_body,
 						   int32 max_rows, TupleDesc desc);
 extern bool protocol_forget(const IdemKey *key);
@@ -189,6 +208,12 @@ extern void stats_count_finish(IdemFinish how);
 extern void stats_count_purge(uint64 rows, TimestampTz start, TimestampTz end,
 							  bool backlog);
 extern bool stats_purge_backlog(Oid dbid);
+
+/* wait.c */
+extern void wait_init(void);
+extern void wait_key_finished(const IdemKey *key);
+extern void wait_prepare(const IdemKey *key, IdemWait *w);
+extern void wait_sleep(const IdemKey *key, TimestampTz until, IdemWait *w);
 
 /* tenant.c */
 extern void tenant_check(const text *tenant);

@@ -35,8 +35,9 @@
 /* locktag_field4 of idem's key locks, as shown in pg_locks.objsubid */
 #define IDEM_LOCK_CLASS		0x1de4
 
-static void
-keylock_tag(const IdemKey *key, LOCKTAG *tag)
+/* A 64-bit hash of a key, also what wait.c picks a key's wake-up slot by */
+uint64
+keylock_hash(const IdemKey *key)
 {
 	const text *parts[3] = {key->tenant, key->endpoint, key->key};
 	uint64		hash = 0;
@@ -44,6 +45,13 @@ keylock_tag(const IdemKey *key, LOCKTAG *tag)
 	for (int i = 0; i < 3; i++)
 		hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(parts[i]),
 								   VARSIZE_ANY_EXHDR(parts[i]), hash + i);
+	return hash;
+}
+
+static void
+keylock_tag(const IdemKey *key, LOCKTAG *tag)
+{
+	uint64		hash = keylock_hash(key);
 
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
 						 (uint32) (hash >> 32), (uint32) hash,
@@ -54,14 +62,21 @@ keylock_tag(const IdemKey *key, LOCKTAG *tag)
  * Take the key's lock until the end of the transaction.  Without wait,
  * returns false at once if another transaction holds it.  With wait, blocks
  * until it is free, bounded by lock_timeout and the deadlock detector.
+ * *already_held (if not NULL) tells whether this transaction held it before:
+ * then it wrote the key's record itself, and nobody else can finish it.
  */
 bool
-keylock_acquire(const IdemKey *key, bool wait)
+keylock_acquire(const IdemKey *key, bool wait, bool *already_held)
 {
 	LOCKTAG		tag;
+	LockAcquireResult res;
 
 	keylock_tag(key, &tag);
-	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+	res = LockAcquire(&tag, ExclusiveLock, false, !wait);
+	if (already_held != NULL)
+		*already_held = res == LOCKACQUIRE_ALREADY_HELD ||
+			res == LOCKACQUIRE_ALREADY_CLEAR;
+	return res != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*

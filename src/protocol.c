@@ -14,6 +14,9 @@
  * newest when record.c locks it: otherwise the protocol probes and decides
  * again.
  *
+ * A claim with wait => true that finds a committed pending claim waits
+ * until it finishes (wait.c), then decides again over what it left.
+ *
  * A finished record never changes until it expires, so a claim that finds
  * one replays it from its own snapshot, without locking or writing
  * anything: a retry of a finished request costs one index look-up.
@@ -152,8 +155,10 @@ answer_with(IdemAnswer *answer, IdemOutcome outcome, const IdemRecord *rec)
 	answer->has_status = outcome == IDEM_REPLAY && rec->has_status;
 	answer->status = rec->status;
 	answer->body = outcome == IDEM_REPLAY ? rec->body : NULL;
+	answer->headers = outcome == IDEM_REPLAY ? rec->headers : NULL;
 	answer->attempt = rec->attempt;
 	answer->created_at = rec->created_at;
+	answer->lease_expires_at = rec->lease_expires_at;
 	answer->expires_at = rec->expires_at;
 }
 
@@ -222,25 +227,24 @@ answer_busy(const IdemFingerprint *fp, bool have_snap, const IdemRecord *snap,
 }
 
 /*
- * Claim a key.  The answer says whether the caller now owns it ("claimed":
- * execute, then finish it) or what to tell the client.  Only a "claimed"
- * answer leaves anything behind: the pending record, gone if the
- * transaction rolls back.
+ * Claim a key once, as of now.  The answer says whether the caller now owns
+ * it ("claimed": execute, then finish it) or what to tell the client.  Only
+ * a "claimed" answer leaves anything behind: the pending record, gone if
+ * the transaction rolls back.  *own_claim tells whether the record is this
+ * transaction's own.
  */
 static void
-claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
-	  Interval *lease, Interval *retention, IdemAnswer *answer)
+claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
+		   Interval *lease, Interval *retention, TimestampTz now,
+		   IdemAnswer *answer, bool *own_claim)
 {
-	TimestampTz now;
 	TimestampTz lease_expires_at;
 	TimestampTz expires_at;
 	IdemRecord	snap;
 	IdemRecord	rec;
 	bool		have_snap;
 
-	settings_check_retention_rule(ERROR);
-	require_primary("idem_claim()");
-	now = GetCurrentTimestamp();
+	*own_claim = false;
 	if (lease != NULL)
 		lease_expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 																   TimestampTzGetDatum(now),
@@ -272,7 +276,7 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 		RecordProbe found;
 
 		CHECK_FOR_INTERRUPTS();
-		found = record_probe(key, wait, &rec);
+		found = record_probe(key, wait, &rec, own_claim);
 
 		if (found == RECORD_BUSY)
 		{
@@ -285,6 +289,7 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 									expires_at, &rec.attempt))
 			{
 				rec.created_at = now;
+				rec.lease_expires_at = lease_expires_at;
 				rec.expires_at = expires_at;
 				answer_with(answer, IDEM_CLAIMED, &rec);
 				break;
@@ -336,6 +341,54 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 }
 
 /*
+ * Claim a key.  Without wait, or when the key is not held by a committed
+ * pending claim of another transaction, that is one claim_once.  With wait,
+ * a committed pending claim within its lease is waited for (wait.c) until
+ * it is finished, or its lease or the caller's wait_timeout runs out, and
+ * the key is then claimed again as of the time it woke: "replay", "claimed"
+ * (it failed retryably or was released), "unknown" (its lease ran out), or
+ * "in_progress" when wait_timeout passed first.
+ */
+static void
+claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
+	  Interval *lease, Interval *retention, Interval *wait_timeout,
+	  IdemAnswer *answer)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz deadline = DT_NOEND;
+	IdemWait	w = {0};
+	bool		own_claim;
+
+	settings_check_retention_rule(ERROR);
+	require_primary("idem_claim()");
+	if (wait_timeout != NULL)
+	{
+		deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														   TimestampTzGetDatum(now),
+														   PointerGetDatum(wait_timeout)));
+		if (deadline < now)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("wait_timeout must not be negative"),
+					 errdetail("The wait_timeout given was %s.",
+							   DatumGetCString(DirectFunctionCall1(interval_out,
+																   PointerGetDatum(wait_timeout))))));
+	}
+
+	for (;;)
+	{
+		if (wait)
+			wait_prepare(key, &w);
+		claim_once(key, fp, wait, lease, retention, now, answer, &own_claim);
+		if (!wait || own_claim || answer->outcome != IDEM_IN_PROGRESS ||
+			!answer->has_record || GetCurrentTimestamp() >= deadline)
+			return;
+		wait_sleep(key, Min(answer->lease_expires_at, deadline), &w);
+		now = GetCurrentTimestamp();
+	}
+}
+
+/*
  * One log line per claim, with idem.log_outcomes: every request of one
  * intent can be found in the server log by grepping for its key.
  */
@@ -358,9 +411,10 @@ log_claim(const IdemKey *key, const IdemAnswer *answer)
 
 void
 protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
-			   Interval *lease, Interval *retention, IdemAnswer *answer)
+			   Interval *lease, Interval *retention, Interval *wait_timeout,
+			   IdemAnswer *answer)
 {
-	claim(key, fp, wait, lease, retention, answer);
+	claim(key, fp, wait, lease, retention, wait_timeout, answer);
 	stats_count_claim(answer->outcome);
 	if (idem_log_outcomes)
 		log_claim(key, answer);
@@ -425,7 +479,8 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
  */
 bool
 protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
-				int32 attempt, bool has_status, int32 status, bytea *body)
+				int32 attempt, bool has_status, int32 status, bytea *body,
+				Jsonb *headers)
 {
 	static const char *const function_names[] = {
 		[IDEM_FINISH_COMPLETE] = "idem_complete()",
@@ -449,7 +504,7 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 		bool		found;
 
 		CHECK_FOR_INTERRUPTS();
-		found = record_probe(key, true, &rec) == RECORD_FOUND;
+		found = record_probe(key, true, &rec, NULL) == RECORD_FOUND;
 
 		check_version(key, have_snap, &snap, found, &rec);
 		if (!found || record_expired(&rec, now))
@@ -478,11 +533,12 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 		if (record_finish(key,
 						  how == IDEM_FINISH_COMPLETE ? IDEM_SUCCEEDED : IDEM_FAILED,
 						  how == IDEM_FINISH_FAIL_RETRYABLE || how == IDEM_FINISH_RELEASE,
-						  has_status, status, body, now) == RECORD_WRITTEN)
+						  has_status, status, body, headers, now) == RECORD_WRITTEN)
 			break;
 	}
 	record_close();
 	stats_count_finish(how);
+	wait_key_finished(key);
 	return true;
 }
 
@@ -515,5 +571,7 @@ protocol_forget(const IdemKey *key)
 	if (!forgotten)
 		record_unlock(key);
 	record_close();
+	if (forgotten)
+		wait_key_finished(key);
 	return forgotten;
 }

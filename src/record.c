@@ -91,6 +91,7 @@ typedef enum RecordColumn
 	C_LEASE_EXPIRES_AT,
 	C_FINISHED_AT,
 	C_EXPIRES_AT,
+	C_HEADERS,
 	NUM_COLUMNS
 } RecordColumn;
 
@@ -108,7 +109,8 @@ static const char *const column_names[NUM_COLUMNS] = {
 	[C_CLAIMED_AT] = "claimed_at",
 	[C_LEASE_EXPIRES_AT] = "lease_expires_at",
 	[C_FINISHED_AT] = "finished_at",
-	[C_EXPIRES_AT] = "expires_at"
+	[C_EXPIRES_AT] = "expires_at",
+	[C_HEADERS] = "headers"
 };
 
 /* The number of buckets of idem_attempt_floor, as its trigger hashes */
@@ -123,6 +125,7 @@ typedef struct RecordTables
 	Oid			key_index;
 	Oid			floor;
 	Oid			floor_index;
+	Oid			owner;			/* idem_record's owner */
 	AttrNumber	attnum[NUM_COLUMNS];
 } RecordTables;
 
@@ -133,6 +136,8 @@ static bool callback_registered = false;
 typedef struct RecordAccess
 {
 	MemoryContext caller;
+	Oid			caller_userid;
+	int			caller_sec_context;
 	Relation	rel;
 	Relation	key_index;
 	TupleTableSlot *slot;
@@ -211,6 +216,7 @@ look_up_tables(void)
 				 errmsg("table \"idem_record\" must use the heap access method"),
 				 errdetail("It uses access method \"%s\".",
 						   get_am_name(rel->rd_rel->relam))));
+	tables.owner = rel->rd_rel->relowner;
 	desc = RelationGetDescr(rel);
 	for (int c = 0; c < NUM_COLUMNS; c++)
 	{
@@ -237,21 +243,35 @@ look_up_tables(void)
  * Start a bracket of calls.  The table and its key index are opened with
  * AccessShareLock (a replay on a standby can take no stronger lock); the
  * first write takes RowExclusiveLock.
+ *
+ * The API functions run as their caller, so that the tenant binding sees
+ * who calls; only the table is the extension owner's.  Between
+ * record_open() and record_close() idem runs as the table's owner (for the
+ * SQL statements: direct access checks no privileges), the way core's
+ * foreign key triggers switch to a table's owner: an error in between
+ * restores the caller's user with the (sub)transaction's abort.
  */
 void
 record_open(void)
 {
 	MemoryContext caller = CurrentMemoryContext;
+	Oid			userid;
+	int			sec_context;
 
 	if (!tables.valid)
 		look_up_tables();
+	GetUserIdAndSecContext(&userid, &sec_context);
+	SetUserIdAndSecContext(tables.owner,
+						   sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	memset(&acc, 0, sizeof(acc));
+	acc.caller = caller;
+	acc.caller_userid = userid;
+	acc.caller_sec_context = sec_context;
 	if (tables.distributed)
 	{
 		sql_open(caller);
 		return;
 	}
-	memset(&acc, 0, sizeof(acc));
-	acc.caller = caller;
 	acc.rel = table_open(tables.record, AccessShareLock);
 	acc.key_index = index_open(tables.key_index, AccessShareLock);
 	acc.slot = table_slot_create(acc.rel, NULL);
@@ -261,18 +281,19 @@ void
 record_close(void)
 {
 	if (tables.distributed)
-	{
 		sql_close();
-		return;
-	}
-	if (acc.estate != NULL)
+	else
 	{
-		ExecCloseIndices(acc.rri);
-		FreeExecutorState(acc.estate);
+		if (acc.estate != NULL)
+		{
+			ExecCloseIndices(acc.rri);
+			FreeExecutorState(acc.estate);
+		}
+		ExecDropSingleTupleTableSlot(acc.slot);
+		index_close(acc.key_index, NoLock);
+		table_close(acc.rel, NoLock);
 	}
-	ExecDropSingleTupleTableSlot(acc.slot);
-	index_close(acc.key_index, NoLock);
-	table_close(acc.rel, NoLock);
+	SetUserIdAndSecContext(acc.caller_userid, acc.caller_sec_context);
 	memset(&acc, 0, sizeof(acc));
 }
 
@@ -340,6 +361,11 @@ deform_record(IdemRecord *rec)
 	d = COLUMN(C_BODY);
 	old = MemoryContextSwitchTo(acc.caller);
 	rec->body = isnull ? NULL : DatumGetByteaPCopy(d);
+	MemoryContextSwitchTo(old);
+
+	d = COLUMN(C_HEADERS);
+	old = MemoryContextSwitchTo(acc.caller);
+	rec->headers = isnull ? NULL : DatumGetJsonbPCopy(d);
 	MemoryContextSwitchTo(old);
 
 	rec->attempt = DatumGetInt32(COLUMN(C_ATTEMPT));
@@ -439,20 +465,29 @@ probe(const IdemKey *key, bool wait, bool *busy)
 /*
  * What another transaction leaves of the key's record: RECORD_ABSENT,
  * RECORD_BUSY while another transaction writes it (with wait: until it
- * ends), or RECORD_FOUND with the newest version in rec.  With the SQL
+ * ends), or RECORD_FOUND with the newest version in rec; *own (if not
+ * NULL) tells whether this transaction wrote that version.  With the SQL
  * way, the key's lock is taken too; record_unlock gives it back.
  */
 RecordProbe
-record_probe(const IdemKey *key, bool wait, IdemRecord *rec)
+record_probe(const IdemKey *key, bool wait, IdemRecord *rec, bool *own)
 {
 	RecordProbe result;
 	bool		busy;
 
 	if (tables.distributed)
-		return sql_probe(key, wait, rec);
+		return sql_probe(key, wait, rec, own);
 	result = probe(key, wait, &busy);
+	if (own != NULL)
+		*own = false;
 	if (result == RECORD_FOUND)
+	{
+		HeapTuple	tuple = ExecFetchSlotHeapTuple(acc.slot, false, NULL);
+
+		if (own != NULL)
+			*own = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data));
 		deform_record(rec);
+	}
 	return result;
 }
 
@@ -748,6 +783,7 @@ record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now,
 			   !rec->fingerprint.present);
 	set_column(values, nulls, C_STATUS, (Datum) 0, true);
 	set_column(values, nulls, C_BODY, (Datum) 0, true);
+	set_column(values, nulls, C_HEADERS, (Datum) 0, true);
 	set_column(values, nulls, C_ATTEMPT, Int32GetDatum(rec->attempt), false);
 	set_column(values, nulls, C_CREATED_AT,
 			   TimestampTzGetDatum(rec->created_at), false);
@@ -762,14 +798,16 @@ record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now,
 }
 
 /*
- * Store how the key's pending claim, as the last probe found it, ended;
+ * Store how the key's pending claim, as the last probe found it, ended
+ * (its status, body and headers);
  * waits for a transaction that holds it.  RECORD_CHANGED if another
  * transaction changed it since.  Only non-indexed columns change: a HOT
  * update when the page has room.
  */
 RecordWrite
 record_finish(const IdemKey *key, IdemState state, bool retryable,
-			  bool has_status, int32 status, bytea *body, TimestampTz now)
+			  bool has_status, int32 status, bytea *body, Jsonb *headers,
+			  TimestampTz now)
 {
 	RecordWrite result;
 	Datum	   *values;
@@ -778,7 +816,8 @@ record_finish(const IdemKey *key, IdemState state, bool retryable,
 
 	if (tables.distributed)
 	{
-		sql_finish(key, state, retryable, has_status, status, body, now);
+		sql_finish(key, state, retryable, has_status, status, body, headers,
+				   now);
 		return RECORD_WRITTEN;
 	}
 
@@ -792,6 +831,8 @@ record_finish(const IdemKey *key, IdemState state, bool retryable,
 	set_column(values, nulls, C_RETRYABLE, BoolGetDatum(retryable), false);
 	set_column(values, nulls, C_STATUS, Int32GetDatum(status), !has_status);
 	set_column(values, nulls, C_BODY, PointerGetDatum(body), body == NULL);
+	set_column(values, nulls, C_HEADERS, PointerGetDatum(headers),
+			   headers == NULL);
 	set_column(values, nulls, C_FINISHED_AT, TimestampTzGetDatum(now), false);
 	update_row(&tid, values, nulls);
 	return RECORD_WRITTEN;
@@ -843,7 +884,7 @@ record_forget(const IdemKey *key)
 	{
 		IdemRecord	rec;
 
-		(void) sql_probe(key, true, &rec);
+		(void) sql_probe(key, true, &rec, NULL);
 		return sql_forget(key);
 	}
 	(void) probe(key, true, &busy);

@@ -22,7 +22,8 @@ extern void sql_close(void);
 extern Oid	sql_extension_schema(void);
 extern bool sql_distributed(Oid relid);
 extern bool sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec);
-extern RecordProbe sql_probe(const IdemKey *key, bool wait, IdemRecord *rec);
+extern RecordProbe sql_probe(const IdemKey *key, bool wait, IdemRecord *rec,
+							 bool *own);
 extern bool sql_busy(const IdemKey *key);
 extern void sql_unlock(const IdemKey *key);
 extern bool sql_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
@@ -32,7 +33,7 @@ extern void sql_reclaim(const IdemKey *key, const IdemRecord *rec,
 						TimestampTz now);
 extern void sql_finish(const IdemKey *key, IdemState state, bool retryable,
 					   bool has_status, int32 status, bytea *body,
-					   TimestampTz now);
+					   Jsonb *headers, TimestampTz now);
 extern uint64 sql_purge_batch(TimestampTz now, int batch, TimestampTz *from);
 extern List *sql_list(text *tenant, text *endpoint, bool with_body,
 					  int32 max_rows, TupleDesc desc);

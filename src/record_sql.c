@@ -76,14 +76,15 @@ enum
 	COL_ATTEMPT,
 	COL_CREATED_AT,
 	COL_LEASE_EXPIRES_AT,
-	COL_EXPIRES_AT
+	COL_EXPIRES_AT,
+	COL_HEADERS
 };
 
 typedef struct PlanSpec
 {
 	const char *sql;			/* %1$s: idem_record, %2$s: idem_attempt_floor */
 	int			nargs;
-	Oid			argtypes[9];
+	Oid			argtypes[10];
 } PlanSpec;
 
 static const PlanSpec plan_specs[NUM_PLANS] = {
@@ -108,12 +109,13 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	},
 	[PLAN_FETCH] = {
 		"SELECT state, retryable, fingerprint, status, body, attempt,"
-		" created_at, lease_expires_at, expires_at FROM %s" KEY_MATCH,
+		" created_at, lease_expires_at, expires_at, headers FROM %s" KEY_MATCH,
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 	[PLAN_RECLAIM] = {
 		"UPDATE %s SET state = 'pending', retryable = false,"
-		" fingerprint = $4, status = NULL, body = NULL, attempt = $5,"
+		" fingerprint = $4, status = NULL, body = NULL, headers = NULL,"
+		" attempt = $5,"
 		" created_at = $6, claimed_at = $7, lease_expires_at = $8,"
 		" finished_at = NULL, expires_at = $9" KEY_MATCH,
 		9, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID,
@@ -121,9 +123,9 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	},
 	[PLAN_FINISH] = {
 		"UPDATE %s SET state = $4, retryable = $5, status = $6, body = $7,"
-		" finished_at = $8" KEY_MATCH,
-		8, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
-		TIMESTAMPTZOID}
+		" finished_at = $8, headers = $9" KEY_MATCH,
+		9, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
+		TIMESTAMPTZOID, JSONBOID}
 	},
 	[PLAN_PURGE] = {
 		"WITH deleted AS (DELETE FROM %1$s"
@@ -143,7 +145,7 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_LIST] = {
 		"SELECT endpoint, key, state, retryable, status, attempt, created_at,"
 		" claimed_at, lease_expires_at, finished_at, expires_at,"
-		" CASE WHEN $3 THEN body END FROM %s"
+		" CASE WHEN $3 THEN body END, CASE WHEN $3 THEN headers END FROM %s"
 		" WHERE tenant OPERATOR(pg_catalog.=) $1"
 		" AND ($2 IS NULL OR endpoint OPERATOR(pg_catalog.=) $2)"
 		" ORDER BY endpoint, key LIMIT $4",
@@ -161,8 +163,9 @@ const char *const record_state_names[] = {
 	[IDEM_FAILED] = "failed"
 };
 
-/* Whether this open bracket took the key lock (sql_probe) */
+/* Whether this open bracket took the key lock (sql_probe), and had it before */
 static bool key_locked = false;
+static bool key_held_before = false;
 
 static SPIPlanPtr plans[NUM_PLANS];
 static bool plans_valid = false;
@@ -487,6 +490,17 @@ sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 		MemoryContextSwitchTo(old);
 	}
 
+	d = first_row_column(COL_HEADERS, &isnull);
+	if (isnull)
+		rec->headers = NULL;
+	else
+	{
+		MemoryContext old = MemoryContextSwitchTo(caller_context);
+
+		rec->headers = DatumGetJsonbPCopy(d);
+		MemoryContextSwitchTo(old);
+	}
+
 	rec->attempt = DatumGetInt32(first_row_column(COL_ATTEMPT, &isnull));
 	rec->created_at =
 		DatumGetTimestampTz(first_row_column(COL_CREATED_AT, &isnull));
@@ -500,17 +514,24 @@ sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 /*
  * Take the key's lock (waiting for it with wait) and read the newest
  * committed version of its record: the writers of a key's record all hold
- * the lock, so what is read stays true until this transaction ends.
+ * the lock, so what is read stays true until this transaction ends.  *own
+ * tells whether this transaction held the lock before: then the record is
+ * its own.
  */
 RecordProbe
-sql_probe(const IdemKey *key, bool wait, IdemRecord *rec)
+sql_probe(const IdemKey *key, bool wait, IdemRecord *rec, bool *own)
 {
+	bool		already_held = false;
+
 	if (!key_locked)
 	{
-		if (!keylock_acquire(key, wait))
+		if (!keylock_acquire(key, wait, &already_held))
 			return RECORD_BUSY;
 		key_locked = true;
+		key_held_before = already_held;
 	}
+	if (own != NULL)
+		*own = key_held_before;
 	return sql_fetch(key, true, rec) ? RECORD_FOUND : RECORD_ABSENT;
 }
 
@@ -552,16 +573,18 @@ sql_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now)
 }
 
 /*
- * Store how the key's pending claim, probed and locked, ended.  Only
+ * Store how the key's pending claim, probed and locked, ended (its status,
+ * body and headers).  Only
  * non-indexed columns change, so this is a HOT update when the page has
  * room.
  */
 void
 sql_finish(const IdemKey *key, IdemState state, bool retryable,
-		   bool has_status, int32 status, bytea *body, TimestampTz now)
+		   bool has_status, int32 status, bytea *body, Jsonb *headers,
+		   TimestampTz now)
 {
-	Datum		values[8];
-	char		nulls[8];
+	Datum		values[9];
+	char		nulls[9];
 
 	key_datums(key, values, nulls);
 	values[3] = CStringGetTextDatum(record_state_names[state]);
@@ -569,9 +592,11 @@ sql_finish(const IdemKey *key, IdemState state, bool retryable,
 	values[5] = Int32GetDatum(status);
 	values[6] = PointerGetDatum(body);
 	values[7] = TimestampTzGetDatum(now);
+	values[8] = PointerGetDatum(headers);
 	nulls[3] = nulls[4] = nulls[7] = ' ';
 	nulls[5] = has_status ? ' ' : 'n';
 	nulls[6] = body != NULL ? ' ' : 'n';
+	nulls[8] = headers != NULL ? ' ' : 'n';
 
 	run_plan(PLAN_FINISH, values, nulls, 0);
 	if (SPI_processed != 1)
@@ -597,10 +622,16 @@ sql_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
 	values[3] = Int32GetDatum(max_rows);
 	run_plan(PLAN_LIST, values, nulls, 0);
 
+	/*
+	 * desc may end before the statement's last columns: 0.1.0's definition
+	 * of idem_list, until ALTER EXTENSION idem UPDATE, has no headers.
+	 */
+	Assert(desc->natts <= SPI_tuptable->tupdesc->natts);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		Datum	   *cols = palloc(desc->natts * sizeof(Datum));
-		bool	   *isnull = palloc(desc->natts * sizeof(bool));
+		int			ncols = SPI_tuptable->tupdesc->natts;
+		Datum	   *cols = palloc(ncols * sizeof(Datum));
+		bool	   *isnull = palloc(ncols * sizeof(bool));
 		MemoryContext old;
 
 		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,

@@ -43,25 +43,12 @@ int			idem_purge_batch = 10000;
 int			idem_max_body_size = 1024;
 bool		idem_log_outcomes = false;
 bool		idem_standby_replay = false;
-char	   *idem_tenant = NULL;
+bool		idem_require_binding = false;
 
 /* The largest body a bytea can hold, in kilobytes */
 #define IDEM_MAX_BODY_KB	((int) (MaxAllocSize / 1024))
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
-
-/* A tenant binding must be a tenant idem accepts: at most 255 bytes */
-static bool
-check_tenant(char **newval, void **extra, GucSource source)
-{
-	if (*newval != NULL && strlen(*newval) > IDEM_MAX_KEY_BYTES)
-	{
-		GUC_check_errdetail("A tenant is at most %d bytes long.",
-							IDEM_MAX_KEY_BYTES);
-		return false;
-	}
-	return true;
-}
 
 void
 settings_init(void)
@@ -138,15 +125,19 @@ settings_init(void)
 							 0,
 							 NULL, NULL, NULL);
 
-	DefineCustomStringVariable("idem.tenant",
-							   "Binds the session to one tenant: idem refuses every other.",
-							   "Set it per role with ALTER ROLE ... SET idem.tenant; only a superuser can change it.",
-							   &idem_tenant,
-							   "",
-							   PGC_SUSET,
-							   0,
-							   check_tenant, NULL, NULL);
+	DefineCustomBoolVariable("idem.require_binding",
+							 "Refuses every tenant to a non-superuser role bound to none.",
+							 "Bind roles to tenants with idem_bind().",
+							 &idem_require_binding,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 
+	/*
+	 * Reserving the prefix also removes idem.tenant, the binding setting of
+	 * idem 0.1.0, where roles still have it: logins then only warn.
+	 */
 	MarkGUCPrefixReserved("idem");
 }
 

@@ -1,46 +1,530 @@
 /*-------------------------------------------------------------------------
  *
  * tenant.c
- *	  The tenant binding: idem.tenant.
+ *	  The tenant binding: which tenant a role may touch.
  *
  * Replaying one tenant's response to another is a data leak.  A superuser
- * binds an application role to its tenant with
- *		ALTER ROLE app_acme SET idem.tenant = 'acme';
- * and from then on every idem function called in that role's sessions
- * refuses, before touching any data, a tenant other than 'acme'.  The
- * setting is superuser-only (PGC_SUSET), so the role cannot unbind itself:
- * SET, RESET, set_config() and connection options all need a superuser.
- * The same setting drives the row-level security policy on idem_record, so
- * that even a role granted SELECT on the table sees only its tenant's rows.
+ * binds a role to its tenant with idem_bind(role, tenant); the bindings are
+ * rows of the extension's table idem_binding, in the database, dumped with
+ * it.  Nothing a session can set changes them: no setting, no connection
+ * option, no preload.
+ *
+ * A call acts on behalf of up to three roles: the session user, the role
+ * chosen by SET ROLE, and the current user (the owner of the innermost
+ * security definer function).  A role is bound by its own binding and by
+ * those of every role whose privileges it has, as PostgreSQL counts them
+ * (membership with INHERIT, directly or indirectly; a superuser's
+ * privileges over every role do not count).  A member that does not
+ * inherit is bound once it uses SET ROLE.  Every bound role among the three
+ * restricts the call to its tenant, so neither SET ROLE to another role
+ * nor a security definer function of an unbound role lifts a binding, and a
+ * security definer function of a bound role is bound even for an unbound
+ * caller.  Bindings that name different tenants leave no tenant at all.  A
+ * call that no binding restricts may touch every tenant, unless
+ * idem.require_binding is on and the current user is not a superuser.
+ *
+ * The answer per role is cached for the backend's life and thrown away when
+ * idem_binding changes (a statement trigger on it sends a relcache
+ * invalidation, which every backend processes before its next transaction
+ * or lock) or when role memberships change.  When the bindings cannot be
+ * read, every call is refused: a missing answer never means "unbound".
+ *
+ * The same answer drives idem_record's row-level security policy through
+ * idem_tenant().
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/dependency.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "idem.h"
 
+PG_FUNCTION_INFO_V1(idem_bind);
+PG_FUNCTION_INFO_V1(idem_unbind);
+PG_FUNCTION_INFO_V1(idem_tenant);
+PG_FUNCTION_INFO_V1(idem_binding_changed);
+
+/* What the bindings say about one role */
+typedef enum BindingKind
+{
+	BINDING_NONE,				/* no binding applies to it */
+	BINDING_ONE,				/* bound to exactly one tenant */
+	BINDING_CONFLICT			/* bound to several tenants */
+} BindingKind;
+
+typedef struct RoleBinding
+{
+	Oid			roleid;			/* hash key */
+	BindingKind kind;
+	int			len;			/* of tenant, for BINDING_ONE */
+	char		tenant[IDEM_MAX_KEY_BYTES + 1];
+	char		other[IDEM_MAX_KEY_BYTES + 1];	/* for BINDING_CONFLICT */
+} RoleBinding;
+
+/* The tenant a call may touch, from the roles it acts as */
+typedef struct Restriction
+{
+	bool		restricted;
+	RoleBinding by;				/* the binding that restricts, if any */
+	Oid			by_role;
+} Restriction;
+
+static HTAB *binding_cache = NULL;
+static bool cache_valid = false;
+static bool callbacks_registered = false;
+static Oid	binding_relid = InvalidOid;
+
+static void
+binding_relcache_changed(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == binding_relid)
+	{
+		cache_valid = false;
+		binding_relid = InvalidOid;
+	}
+}
+
+static void
+binding_roles_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	cache_valid = false;
+}
+
+/* The schema of extension "idem", InvalidOid if it is not installed */
+static Oid
+extension_namespace(void)
+{
+	Oid			extoid = get_extension_oid("idem", true);
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			nspid = InvalidOid;
+
+	if (!OidIsValid(extoid))
+		return InvalidOid;
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return nspid;
+}
+
 /*
- * Refuse a tenant other than the one this session is bound to.  An empty
- * idem.tenant binds nothing.
+ * The OID of the extension's binding table, or InvalidOid when this
+ * database has none that idem can trust: the extension is not installed,
+ * its SQL objects are older than the library, or the table is not the
+ * extension's own, with the columns (role regrole, tenant text).
+ */
+static Oid
+find_binding_relation(void)
+{
+	Oid			nspid = extension_namespace();
+	Oid			relid;
+	Oid			extoid;
+
+	if (!OidIsValid(nspid))
+		return InvalidOid;
+	relid = get_relname_relid("idem_binding", nspid);
+	if (!OidIsValid(relid))
+		return InvalidOid;
+	extoid = get_extension_oid("idem", true);
+	if (getExtensionOfObject(RelationRelationId, relid) != extoid ||
+		get_atttype(relid, 1) != REGROLEOID ||
+		get_atttype(relid, 2) != TEXTOID)
+		return InvalidOid;
+	return relid;
+}
+
+pg_noreturn static void
+refuse_undetermined(const char *tenant)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 tenant ?
+			 errmsg("permission denied for idem tenant \"%s\"", tenant) :
+			 errmsg("permission denied for idem tenants"),
+			 errdetail("The tenant bindings of extension \"idem\" cannot be read in this database."),
+			 errhint("Make sure that \"ALTER EXTENSION idem UPDATE\" was run in this database.")));
+}
+
+/*
+ * Read the bindings that apply to roleid from idem_binding: its own and
+ * those of every role whose privileges it inherits.  The table is read directly, not
+ * through SQL, so no privilege, policy or search_path of the caller plays a
+ * part, with the latest snapshot, so a binding committed before this call
+ * holds in it.
+ */
+static void
+read_binding(Oid relid, Oid roleid, RoleBinding *entry, const char *tenant)
+{
+	Relation	rel;
+	Snapshot	snapshot;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	bool		is_superuser = superuser_arg(roleid);
+
+	entry->kind = BINDING_NONE;
+	rel = try_table_open(relid, AccessShareLock);
+	if (rel == NULL)
+		refuse_undetermined(tenant);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan = systable_beginscan(rel, InvalidOid, false, snapshot, 0, NULL);
+	while ((tuple = systable_getnext(scan)) != NULL)
+	{
+		Datum		values[2];
+		bool		nulls[2];
+		text	   *bound;
+		int			len;
+
+		heap_deform_tuple(tuple, RelationGetDescr(rel), values, nulls);
+		if (nulls[0] || nulls[1])
+			continue;
+		if (DatumGetObjectId(values[0]) != roleid &&
+			(is_superuser ||
+			 !has_privs_of_role(roleid, DatumGetObjectId(values[0]))))
+			continue;
+		bound = DatumGetTextPP(values[1]);
+		len = Min(VARSIZE_ANY_EXHDR(bound), IDEM_MAX_KEY_BYTES);
+		if (entry->kind == BINDING_NONE)
+		{
+			entry->kind = BINDING_ONE;
+			entry->len = len;
+			memcpy(entry->tenant, VARDATA_ANY(bound), len);
+			entry->tenant[len] = '\0';
+		}
+		else if (entry->kind == BINDING_ONE &&
+				 (len != entry->len ||
+				  memcmp(entry->tenant, VARDATA_ANY(bound), len) != 0))
+		{
+			entry->kind = BINDING_CONFLICT;
+			memcpy(entry->other, VARDATA_ANY(bound), len);
+			entry->other[len] = '\0';
+		}
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
+}
+
+/*
+ * What the bindings say about roleid, into *out, from the cache when it is
+ * valid.  An invalidation that arrives while the table is read (opening it
+ * processes pending ones) marks the cache invalid again, and the answer,
+ * correct for this call, is then not kept.
+ */
+static void
+role_binding(Oid roleid, const char *tenant, RoleBinding *out)
+{
+	RoleBinding *entry;
+	bool		present;
+
+	if (!callbacks_registered)
+	{
+		CacheRegisterRelcacheCallback(binding_relcache_changed, (Datum) 0);
+		CacheRegisterSyscacheCallback(AUTHMEMMEMROLE, binding_roles_changed,
+									  (Datum) 0);
+		CacheRegisterSyscacheCallback(AUTHOID, binding_roles_changed,
+									  (Datum) 0);
+		callbacks_registered = true;
+	}
+	if (!OidIsValid(binding_relid))
+	{
+		cache_valid = false;
+		binding_relid = find_binding_relation();
+		if (!OidIsValid(binding_relid))
+			refuse_undetermined(tenant);
+	}
+	if (!cache_valid || binding_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		if (binding_cache != NULL)
+			hash_destroy(binding_cache);
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(RoleBinding);
+		ctl.hcxt = CacheMemoryContext;
+		binding_cache = hash_create("idem tenant bindings", 16, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		cache_valid = true;
+	}
+
+	entry = hash_search(binding_cache, &roleid, HASH_FIND, NULL);
+	if (entry != NULL)
+	{
+		*out = *entry;
+		return;
+	}
+
+	out->roleid = roleid;
+	read_binding(binding_relid, roleid, out, tenant);
+	if (!cache_valid)
+		return;
+	entry = hash_search(binding_cache, &roleid, HASH_ENTER, &present);
+	*entry = *out;
+}
+
+static char *
+role_name(Oid roleid)
+{
+	char	   *name = GetUserNameFromId(roleid, true);
+
+	return name ? name : psprintf("%u", roleid);
+}
+
+/*
+ * The restriction on the current call: the bindings of the session user,
+ * the SET ROLE role and the current user.  Errors (42501) when no tenant
+ * is allowed: conflicting bindings, or none under idem.require_binding.
+ * tenant, if not NULL, names what the caller asked for, for the message.
+ */
+static Restriction
+current_restriction(const char *tenant)
+{
+	Oid			roles[3];
+	Restriction r;
+
+	r.restricted = false;
+	r.by_role = InvalidOid;
+	roles[0] = GetSessionUserId();
+	roles[1] = GetOuterUserId();
+	roles[2] = GetUserId();
+	for (int i = 0; i < 3; i++)
+	{
+		RoleBinding b;
+
+		if (!OidIsValid(roles[i]) ||
+			(i > 0 && roles[i] == roles[i - 1]) ||
+			(i == 2 && roles[2] == roles[0]))
+			continue;
+		role_binding(roles[i], tenant, &b);
+		if (b.kind == BINDING_NONE)
+			continue;
+		if (b.kind == BINDING_CONFLICT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 tenant ?
+					 errmsg("permission denied for idem tenant \"%s\"", tenant) :
+					 errmsg("permission denied for idem tenants"),
+					 errdetail("Role \"%s\" is bound to idem tenants \"%s\" and \"%s\", through the roles whose privileges it has.",
+							   role_name(roles[i]), b.tenant, b.other)));
+		if (r.restricted &&
+			(b.len != r.by.len || memcmp(b.tenant, r.by.tenant, b.len) != 0))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 tenant ?
+					 errmsg("permission denied for idem tenant \"%s\"", tenant) :
+					 errmsg("permission denied for idem tenants"),
+					 errdetail("This call acts as role \"%s\", bound to idem tenant \"%s\", and as role \"%s\", bound to idem tenant \"%s\".",
+							   role_name(r.by_role), r.by.tenant,
+							   role_name(roles[i]), b.tenant)));
+		r.restricted = true;
+		r.by = b;
+		r.by_role = roles[i];
+	}
+
+	if (!r.restricted && idem_require_binding && !superuser_arg(roles[2]))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 tenant ?
+				 errmsg("permission denied for idem tenant \"%s\"", tenant) :
+				 errmsg("permission denied for idem tenants"),
+				 errdetail("Role \"%s\" is bound to no idem tenant, and idem.require_binding is on.",
+						   role_name(roles[2]))));
+	return r;
+}
+
+/*
+ * Refuse, before anything is read or written, a tenant that the roles this
+ * call acts as may not touch.
  */
 void
 tenant_check(const text *tenant)
 {
-	int			len;
+	int			len = VARSIZE_ANY_EXHDR(tenant);
+	char	   *name = text_to_cstring(tenant);
+	Restriction r = current_restriction(name);
 
-	if (idem_tenant == NULL || idem_tenant[0] == '\0')
+	if (!r.restricted ||
+		(len == r.by.len && memcmp(VARDATA_ANY(tenant), r.by.tenant, len) == 0))
+	{
+		pfree(name);
 		return;
-	len = VARSIZE_ANY_EXHDR(tenant);
-	if (len == (int) strlen(idem_tenant) &&
-		memcmp(VARDATA_ANY(tenant), idem_tenant, len) == 0)
-		return;
-
+	}
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("permission denied for idem tenant \"%s\"",
-					text_to_cstring(tenant)),
-			 errdetail("This session is bound to idem tenant \"%s\" by idem.tenant.",
-					   idem_tenant)));
+			 errmsg("permission denied for idem tenant \"%s\"", name),
+			 errdetail("Role \"%s\" is bound to idem tenant \"%s\".",
+					   role_name(r.by_role), r.by.tenant)));
+}
+
+/*
+ * idem_tenant(): the tenant this call is bound to, NULL when it may touch
+ * every tenant; an error when it may touch none.  idem_record's row-level
+ * security policy is built on it.
+ */
+Datum
+idem_tenant(PG_FUNCTION_ARGS)
+{
+	Restriction r = current_restriction(NULL);
+
+	if (!r.restricted)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(r.by.tenant, r.by.len));
+}
+
+static void
+require_superuser(void)
+{
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be superuser to change idem tenant bindings")));
+}
+
+/* The role argument: an existing role */
+static Oid
+role_from_arg(FunctionCallInfo fcinfo)
+{
+	Oid			roleid;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("role must not be null")));
+	roleid = PG_GETARG_OID(0);
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(roleid)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("role with OID %u does not exist", roleid)));
+	return roleid;
+}
+
+/* The binding table's qualified name, for the statements of idem_bind */
+static char *
+binding_table_name(void)
+{
+	Oid			relid = find_binding_relation();
+
+	if (!OidIsValid(relid))
+		refuse_undetermined(NULL);
+	return quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+									  get_rel_name(relid));
+}
+
+/* Run one statement on idem_binding; returns the rows it changed */
+static uint64
+binding_write(const char *sql_format, int nargs, Oid *argtypes,
+			  Datum *values)
+{
+	char	   *sql = psprintf(sql_format, binding_table_name());
+	int			rc;
+	uint64		rows;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rc = SPI_execute_with_args(sql, nargs, argtypes, values, NULL, false, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_with_args failed: %s",
+			 SPI_result_code_string(rc));
+	rows = SPI_processed;
+	SPI_finish();
+	return rows;
+}
+
+/*
+ * idem_bind(role, tenant): bind a role to a tenant, replacing its binding
+ * if it had one.  Superuser only.
+ */
+Datum
+idem_bind(PG_FUNCTION_ARGS)
+{
+	Oid			argtypes[2] = {REGROLEOID, TEXTOID};
+	Datum		values[2];
+	text	   *tenant;
+	int			len;
+
+	require_superuser();
+	values[0] = ObjectIdGetDatum(role_from_arg(fcinfo));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("tenant must not be null")));
+	tenant = PG_GETARG_TEXT_PP(1);
+	len = VARSIZE_ANY_EXHDR(tenant);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tenant must not be empty")));
+	if (len > IDEM_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("tenant is too long"),
+				 errdetail("The tenant is %d bytes long; the limit is %d bytes.",
+						   len, IDEM_MAX_KEY_BYTES)));
+	values[1] = PointerGetDatum(tenant);
+	binding_write("INSERT INTO %s AS b (role, tenant) VALUES ($1, $2)"
+				  " ON CONFLICT (role) DO UPDATE SET tenant = excluded.tenant",
+				  2, argtypes, values);
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_unbind(role): drop a role's binding; returns whether it had one.
+ * Superuser only.
+ */
+Datum
+idem_unbind(PG_FUNCTION_ARGS)
+{
+	Oid			argtypes[1] = {REGROLEOID};
+	Datum		values[1];
+
+	require_superuser();
+	values[0] = ObjectIdGetDatum(role_from_arg(fcinfo));
+	PG_RETURN_BOOL(binding_write("DELETE FROM %s WHERE role OPERATOR(pg_catalog.=) $1",
+								 1, argtypes, values) > 0);
+}
+
+/*
+ * The statement trigger on idem_binding: any change to the bindings (by
+ * idem_bind, by hand, by a restore) invalidates every backend's cache at
+ * commit, and this backend's at the next command.
+ */
+Datum
+idem_binding_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idem_binding_changed() was not called by a trigger")));
+	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	return PointerGetDatum(NULL);
 }

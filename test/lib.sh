@@ -10,7 +10,7 @@ if [ -z "${PG_MAJOR:-}" ]; then
 fi
 PACKAGES="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
 postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl
-libipc-run-perl"
+libipc-run-perl pgbouncer"
 
 say() { printf 'idem: %s\n' "$*"; }
 

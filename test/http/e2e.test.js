@@ -51,7 +51,8 @@ async function post(route, { key, body, token = 'token-acme', timeoutMs = 5000, 
       signal: AbortSignal.timeout(timeoutMs),
     });
     return { status: res.status, replayed: res.headers.get('idempotent-replayed') === 'true',
-      retryAfter: res.headers.get('retry-after'), bytes: Buffer.from(await res.arrayBuffer()) };
+      retryAfter: res.headers.get('retry-after'), location: res.headers.get('location'),
+      contentType: res.headers.get('content-type'), bytes: Buffer.from(await res.arrayBuffer()) };
   } catch (e) {
     if (e.name === 'TimeoutError' || e.name === 'AbortError' || e.cause) return { status: 'timeout' };
     throw e;
@@ -84,7 +85,7 @@ before(async () => {
   `);
   for (const t of ['acme', 'globex']) {
     await db.query(`DO $$ BEGIN CREATE ROLE idem_app_${t} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$`);
-    await db.query(`ALTER ROLE idem_app_${t} SET idem.tenant = '${t}'`);
+    await db.query(`SELECT idem_bind('idem_app_${t}', '${t}')`);
     await db.query(`GRANT SELECT, INSERT ON orders TO idem_app_${t}; GRANT USAGE ON SEQUENCE orders_id_seq TO idem_app_${t}`);
   }
   provider = await start('provider.js', { DROP_EVERY: '3', PROVIDER_DELAY_MS: '150' });
@@ -100,6 +101,31 @@ after(async () => {
 test('a request without an Idempotency-Key is refused with 400', async () => {
   const r = await post('/v1/orders', { body: { item: 'book' } });
   assert.equal(r.status, 400);
+});
+
+test('a key longer than idem accepts (255 bytes) is refused with 400 by the plugin', async () => {
+  const r = await post('/v1/orders', { key: 'k'.repeat(256), body: { item: 'book' } });
+  assert.equal(r.status, 400);
+});
+
+test('a replay gives back the stored headers: the Location of a 201 and its Content-Type', async () => {
+  const key = randomUUID();
+  const first = await post('/v1/orders', { key, body: { item: 'map' } });
+  assert.equal(first.status, 201);
+  assert.equal(first.replayed, false);
+  assert.match(first.location, /^\/v1\/orders\/\d+$/);
+  assert.equal(first.contentType, 'application/json');
+  const { id } = JSON.parse(first.bytes);
+  assert.equal(first.location, `/v1/orders/${id}`);
+  const again = await post('/v1/orders', { key, body: { item: 'map' } });
+  assert.equal(again.status, 201);
+  assert.equal(again.replayed, true);
+  assert.equal(again.location, first.location);
+  assert.equal(again.contentType, 'application/json');
+  assert.deepEqual(again.bytes, first.bytes);
+  const { rows: [rec] } = await db.query(
+    `SELECT headers FROM idem_list('acme', 'POST /v1/orders', true, 100000) WHERE key = $1`, [key]);
+  assert.deepEqual(rec.headers, { 'Content-Type': 'application/json', Location: first.location });
 });
 
 test('a client that times out retries with one key: one order, and replays are byte-identical', async () => {
@@ -156,6 +182,7 @@ test('payments through a provider that drops replies: exactly one charge per key
     assert.equal(charges[`acme:${key}`], 1, `key ${i} was charged once`);
     const again = await post('/v1/payments', { key, body: { amount: 42 } });
     assert.equal(again.replayed, true);
+    assert.equal(again.contentType, 'application/json');
     assert.deepEqual(again.bytes, finals[i].bytes);
   }
   assert.ok(Object.keys(charges).length >= keys.length);

@@ -8,14 +8,18 @@
 //   a reconciliation job settles payments whose claim outlived its lease
 //   ("unknown") by asking the provider, then completes or releases them.
 //
+// The outcome -> HTTP mapping (Idempotency-Key, 409/422, Retry-After,
+// Idempotent-Replayed, the stored headers) is the plugin ./idempotency.js.
+//
 // The tenant comes from the caller's credentials (a bearer token), never
 // from the body, and each tenant's queries run as a database role bound to
-// that tenant (ALTER ROLE ... SET idem.tenant), so a bug here still cannot
+// that tenant (idem_bind(role, tenant)), so a bug here still cannot
 // replay one tenant's response to another.
 'use strict';
 
 const Fastify = require('fastify');
 const { Pool } = require('pg');
+const idempotency = require('./idempotency');
 
 const PAYMENT_LEASE = process.env.PAYMENT_LEASE || '2 seconds';
 const ORDER_WORK_MS = Number(process.env.ORDER_WORK_MS || 300);
@@ -39,23 +43,6 @@ function tenantOf(req) {
   return m && tenants[m[1]];
 }
 
-// Answer a claim that is not ours to execute.
-function answerSettled(reply, claim) {
-  switch (claim.outcome) {
-    case 'replay':
-      return reply.code(claim.status).header('Idempotent-Replayed', 'true')
-        .header('content-type', 'application/json').send(claim.body);
-    case 'mismatch':
-      return reply.code(422).send({ error: 'this Idempotency-Key was used with a different request' });
-    case 'in_progress':
-    case 'unknown':
-      return reply.code(409).header('Retry-After', '1')
-        .send({ error: `a request with this Idempotency-Key is ${claim.outcome === 'unknown' ? 'being reconciled' : 'in progress'}` });
-    default:
-      throw new Error(`unexpected outcome ${claim.outcome}`);
-  }
-}
-
 async function withClient(tenant, fn) {
   const client = await pools[tenant].connect();
   try { return await fn(client); } finally { client.release(); }
@@ -65,43 +52,56 @@ async function withClient(tenant, fn) {
 async function identify(req, reply) {
   req.tenant = tenantOf(req);
   if (!req.tenant) return reply.code(401).send({ error: 'unknown credentials' });
-  req.idemKey = req.headers['idempotency-key'];
-  if (!req.idemKey) return reply.code(400).send({ error: 'an Idempotency-Key header is required' });
 }
 
-// Orders: the claim, the order and the stored response commit together.
-app.post('/v1/orders', { preHandler: identify }, async (req, reply) => withClient(req.tenant, async (db) => {
-  await db.query('BEGIN');
-  try {
-    const { rows: [claim] } = await db.query(
-      'SELECT outcome, status, body FROM idem_claim($1, $2, $3, $4::jsonb)',
-      [req.tenant, 'POST /v1/orders', req.idemKey, JSON.stringify(req.body)]);
-    if (claim.outcome !== 'claimed') {
-      await db.query('ROLLBACK');
-      return answerSettled(reply, claim);
+const JSON_HEADERS = { 'Content-Type': 'application/json' };
+
+// The API's routes: a plugin registered after ./idempotency.js, whose
+// decorators it uses
+async function routes(app) {
+  const preHandler = [identify, app.idempotencyKey];
+
+  // Orders: the claim, the order and the stored response commit together.
+  app.post('/v1/orders', { preHandler }, async (req, reply) => withClient(req.tenant, async (db) => {
+    await db.query('BEGIN');
+    try {
+      const { rows: [claim] } = await db.query(
+        'SELECT outcome, status, body, headers FROM idem_claim($1, $2, $3, $4::jsonb)',
+        [req.tenant, 'POST /v1/orders', req.idempotencyKey, JSON.stringify(req.body)]);
+      if (claim.outcome !== 'claimed') {
+        await db.query('ROLLBACK');
+        return reply.sendClaim(claim);
+      }
+      await new Promise((r) => setTimeout(r, ORDER_WORK_MS)); // the slow part of the work
+      const { rows: [order] } = await db.query(
+        'INSERT INTO orders (tenant, idem_key, item, qty) VALUES ($1, $2, $3, $4) RETURNING id, item, qty',
+        [req.tenant, req.idempotencyKey, String(req.body.item), Number(req.body.qty) || 1]);
+      const response = {
+        status: 201,
+        body: Buffer.from(JSON.stringify({ id: order.id, item: order.item, qty: order.qty })),
+        headers: { ...JSON_HEADERS, Location: `/v1/orders/${order.id}` },
+      };
+      await db.query('SELECT idem_complete($1, $2, $3, $4, $5::bytea, headers => $6::jsonb)',
+        [req.tenant, 'POST /v1/orders', req.idempotencyKey, response.status, response.body,
+          JSON.stringify(response.headers)]);
+      await db.query('COMMIT');
+      return reply.sendResponse(response);
+    } catch (e) {
+      await db.query('ROLLBACK').catch(() => {});
+      throw e; // a system error: nothing is left, the retry executes
     }
-    await new Promise((r) => setTimeout(r, ORDER_WORK_MS)); // the slow part of the work
-    const { rows: [order] } = await db.query(
-      'INSERT INTO orders (tenant, idem_key, item, qty) VALUES ($1, $2, $3, $4) RETURNING id, item, qty',
-      [req.tenant, req.idemKey, String(req.body.item), Number(req.body.qty) || 1]);
-    const body = Buffer.from(JSON.stringify({ id: order.id, item: order.item, qty: order.qty }));
-    await db.query('SELECT idem_complete($1, $2, $3, 201, $4::bytea)',
-      [req.tenant, 'POST /v1/orders', req.idemKey, body]);
-    await db.query('COMMIT');
-    return reply.code(201).header('content-type', 'application/json').send(body);
-  } catch (e) {
-    await db.query('ROLLBACK').catch(() => {});
-    throw e; // a system error: nothing is left, the retry executes
-  }
-}));
+  }));
+
+  app.post('/v1/payments', { preHandler }, (req, reply) => pay(req, reply));
+}
 
 // Payments: the effect is outside the database.
-app.post('/v1/payments', { preHandler: identify }, async (req, reply) => {
-  const { tenant, idemKey } = req;
+async function pay(req, reply) {
+  const { tenant, idempotencyKey: idemKey } = req;
   const claim = await withClient(tenant, async (db) => (await db.query(
-    'SELECT outcome, status, body, attempt FROM idem_claim($1, $2, $3, $4::jsonb, lease => $5::interval)',
+    'SELECT outcome, status, body, headers, attempt FROM idem_claim($1, $2, $3, $4::jsonb, lease => $5::interval)',
     [tenant, 'POST /v1/payments', idemKey, JSON.stringify(req.body), PAYMENT_LEASE])).rows[0]);
-  if (claim.outcome !== 'claimed') return answerSettled(reply, claim);
+  if (claim.outcome !== 'claimed') return reply.sendClaim(claim);
 
   // The claim is committed: retries now get 409 until we finish.
   let res;
@@ -120,13 +120,14 @@ app.post('/v1/payments', { preHandler: identify }, async (req, reply) => {
     // pending; once its lease runs out it is "unknown" and reconciled.
     return reply.code(502).send({ error: 'payment provider did not answer; retry later' });
   }
-  const body = Buffer.from(await res.text());
+  const response = { status: res.ok ? 201 : 402, body: Buffer.from(await res.text()), headers: JSON_HEADERS };
   await withClient(tenant, (db) => db.query(
-    res.ok ? 'SELECT idem_complete($1, $2, $3, $4, $5::bytea, attempt => $6)'
-      : 'SELECT idem_fail($1, $2, $3, $4, $5::bytea, attempt => $6)',
-    [tenant, 'POST /v1/payments', idemKey, res.ok ? 201 : 402, body, claim.attempt]));
-  return reply.code(res.ok ? 201 : 402).header('content-type', 'application/json').send(body);
-});
+    res.ok ? 'SELECT idem_complete($1, $2, $3, $4, $5::bytea, attempt => $6, headers => $7::jsonb)'
+      : 'SELECT idem_fail($1, $2, $3, $4, $5::bytea, attempt => $6, headers => $7::jsonb)',
+    [tenant, 'POST /v1/payments', idemKey, response.status, response.body, claim.attempt,
+      JSON.stringify(response.headers)]));
+  return reply.sendResponse(response);
+}
 
 // Reconciliation: settle every payment whose claim outlived its lease.
 async function reconcile() {
@@ -140,8 +141,8 @@ async function reconcile() {
       try {
         if (res.status === 200) {
           const body = Buffer.from(await res.text());
-          await admin.query('SELECT idem_complete($1, $2, $3, 201, $4::bytea, attempt => $5)',
-            [tenant, 'POST /v1/payments', key, body, attempt]);
+          await admin.query('SELECT idem_complete($1, $2, $3, 201, $4::bytea, attempt => $5, headers => $6::jsonb)',
+            [tenant, 'POST /v1/payments', key, body, attempt, JSON.stringify(JSON_HEADERS)]);
         } else {
           await admin.query('SELECT idem_release($1, $2, $3, attempt => $4)',
             [tenant, 'POST /v1/payments', key, attempt]);
@@ -157,6 +158,8 @@ async function reconcile() {
   return settled;
 }
 
+app.register(idempotency, { retryAfter: 1 });
+app.register(routes);
 app.post('/admin/reconcile', async () => ({ settled: await reconcile() }));
 
 const timer = setInterval(() => reconcile().catch((e) => console.error('reconcile:', e.message)),

@@ -66,10 +66,13 @@ sub lease
 	return pick('NULL', q{'0'}, q{'-1 s'}, q{'1 microsecond'}, q{'1 hour'}, q{'1000 years'},
 		q{'infinity'}, q{'-infinity'}, q{'1 mon'});
 }
+# bounded: a waiting claim of a key this script claimed earlier would
+# otherwise wait for the claim's whole lease
+sub wait_timeout { return pick(q{'0'}, q{'10 ms'}, q{'-1 s'}) }
 sub setting
 {
 	my $name = pick('idem.retention', 'idem.retry_window', 'idem.lease', 'idem.max_body_size',
-		'idem.purge_batch', 'idem.tenant', 'idem.standby_replay');
+		'idem.purge_batch', 'idem.require_binding', 'idem.standby_replay');
 	my $value = pick(q{'0'}, q{'-5'}, q{'1s'}, q{'1h'}, q{'25h'}, q{'1000000000d'}, q{'abc'},
 		q{'1kB'}, q{'2GB'}, q{''}, 'NULL', q{repeat('v', 300)});
 	return "SELECT set_config('$name', $value, false)";
@@ -90,7 +93,8 @@ for (1 .. $calls)
 {
 	my ($t, $e, $k) = (name(), name(), name());
 	my $q = pick(
-		"SELECT outcome FROM idem_claim($t, $e, $k, " . fingerprint() . ', ' . bool() . ', ' . lease() . '::interval)',
+		"SELECT outcome FROM idem_claim($t, $e, $k, " . fingerprint() . ', ' . bool() . ', ' . lease() . '::interval, '
+		  . wait_timeout() . '::interval)',
 		"SELECT outcome FROM idem_claim($t, $e, $k)",
 		"SELECT idem_complete($t, $e, $k, " . status() . ', ' . body() . ', ' . attempt() . ')::text',
 		"SELECT idem_fail($t, $e, $k, " . status() . ', ' . body() . ', ' . bool() . ', ' . attempt() . ')::text',
@@ -101,7 +105,7 @@ for (1 .. $calls)
 		'SELECT idem_purge()::text',
 		setting(),
 		q{SELECT set_config('idem.retention', '1d', false) || set_config('idem.retry_window', '1h', false)
-			|| set_config('idem.tenant', '', false) || set_config('idem.max_body_size', '1MB', false)});
+			|| set_config('idem.require_binding', 'off', false) || set_config('idem.max_body_size', '1MB', false)});
 	(my $quoted = $q) =~ s/'/''/g;
 	push @sql, "SELECT pg_temp.try('$quoted');";
 }

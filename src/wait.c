@@ -1,0 +1,218 @@
+/*-------------------------------------------------------------------------
+ *
+ * wait.c
+ *	  Waking the claims that wait for a committed pending claim to finish.
+ *
+ * A claim with wait => true that finds a committed pending claim of its key
+ * within its lease waits until that claim is completed, failed, released or
+ * forgotten, or its lease runs out, or the claim's own wait_timeout passes.
+ * The key lock (keylock.c) cannot serve: the first attempt's transaction
+ * has committed and holds nothing.
+ *
+ * With idem preloaded, shared memory holds a small fixed array of wake-up
+ * slots, each a generation counter and a condition variable; a key maps to
+ * one slot by its hash.  A transaction that finished a key remembers the
+ * key's slot, and once it has committed (or prepared: a claim then waits
+ * for the prepared transaction's key lock) bumps the slot's generation and
+ * broadcasts on its condition variable.  Not earlier: before the commit, a
+ * woken claim could not see the change.  A waiter reads the generation
+ * before it looks at the record, and sleeps only while the generation is
+ * the one it read, so a wake-up between its look and its sleep is not lost.
+ * Keys that share a slot only wake each other needlessly: a woken claim
+ * looks at its record again, and sleeps again if nothing changed.
+ *
+ * Without preloading there is no shared memory to sleep on: a waiting
+ * claim polls, sleeping 10 ms at first and twice as long after each look,
+ * up to one second, never past its deadline.
+ *
+ * Either way the sleep is on the process latch, so a cancel, a
+ * statement_timeout or a server shutdown ends it at once.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "idem.h"
+
+/* How many wake-up slots: keys beyond it share them */
+#define IDEM_WAIT_SLOTS			128
+
+/* The polling sleeps without preloading, in milliseconds */
+#define IDEM_POLL_FIRST_MS		10
+#define IDEM_POLL_MAX_MS		1000
+
+typedef struct IdemWakeSlot
+{
+	pg_atomic_uint64 generation;	/* bumped by every wake-up */
+	ConditionVariable cv;
+} IdemWakeSlot;
+
+static IdemWakeSlot *slots = NULL;
+
+/* The slots this transaction finished keys of, to wake at its commit */
+static bool to_wake[IDEM_WAIT_SLOTS];
+static bool any_to_wake = false;
+static bool callback_registered = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void
+wait_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(sizeof(IdemWakeSlot) * IDEM_WAIT_SLOTS);
+}
+
+static void
+wait_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	slots = ShmemInitStruct("idem wait", sizeof(IdemWakeSlot) * IDEM_WAIT_SLOTS,
+							&found);
+	if (!found)
+	{
+		for (int i = 0; i < IDEM_WAIT_SLOTS; i++)
+		{
+			pg_atomic_init_u64(&slots[i].generation, 0);
+			ConditionVariableInit(&slots[i].cv);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Called from _PG_init while the library is being preloaded */
+void
+wait_init(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = wait_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = wait_shmem_startup;
+}
+
+static IdemWakeSlot *
+slot_of(const IdemKey *key)
+{
+	return &slots[keylock_hash(key) % IDEM_WAIT_SLOTS];
+}
+
+/*
+ * At the end of a transaction that finished keys: wake their waiters if it
+ * committed (or prepared), forget them either way.
+ */
+static void
+wake_at_commit(XactEvent event, void *arg)
+{
+	if (!any_to_wake)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PREPARE:
+			for (int i = 0; i < IDEM_WAIT_SLOTS; i++)
+			{
+				if (!to_wake[i])
+					continue;
+				pg_atomic_fetch_add_u64(&slots[i].generation, 1);
+				ConditionVariableBroadcast(&slots[i].cv);
+			}
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			break;
+		default:
+			return;
+	}
+	memset(to_wake, 0, sizeof(to_wake));
+	any_to_wake = false;
+}
+
+/*
+ * The calling transaction completed, failed, released or forgot the key's
+ * pending claim: wake the claims waiting for it once it commits.
+ */
+void
+wait_key_finished(const IdemKey *key)
+{
+	if (slots == NULL)
+		return;
+	if (!callback_registered)
+	{
+		RegisterXactCallback(wake_at_commit, NULL);
+		callback_registered = true;
+	}
+	to_wake[slot_of(key) - slots] = true;
+	any_to_wake = true;
+}
+
+/* Before looking at the key's record: what a later sleep compares with */
+void
+wait_prepare(const IdemKey *key, IdemWait *w)
+{
+	if (slots != NULL)
+		w->generation = pg_atomic_read_u64(&slot_of(key)->generation);
+	else if (w->poll_ms == 0)
+		w->poll_ms = IDEM_POLL_FIRST_MS;
+}
+
+/* Milliseconds from now until a timestamp, rounded up; 0 if it has passed */
+static long
+ms_until(TimestampTz until)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (until <= now)
+		return 0;
+	return (long) Min((until - now + 999) / 1000, (TimestampTz) LONG_MAX);
+}
+
+/*
+ * Sleep until the key's slot is woken after wait_prepare looked, or until
+ * "until" passes; without preloading, for one poll's sleep.  The caller
+ * then looks at the record again, whatever woke it.
+ */
+void
+wait_sleep(const IdemKey *key, TimestampTz until, IdemWait *w)
+{
+	long		ms;
+
+	if (slots != NULL)
+	{
+		IdemWakeSlot *slot = slot_of(key);
+
+		ConditionVariablePrepareToSleep(&slot->cv);
+		while (pg_atomic_read_u64(&slot->generation) == w->generation &&
+			   (ms = ms_until(until)) > 0)
+			(void) ConditionVariableTimedSleep(&slot->cv, ms, PG_WAIT_EXTENSION);
+		ConditionVariableCancelSleep();
+		return;
+	}
+
+	ms = Min(ms_until(until), w->poll_ms);
+	if (ms > 0)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	CHECK_FOR_INTERRUPTS();
+	w->poll_ms = Min(w->poll_ms * 2, IDEM_POLL_MAX_MS);
+}
