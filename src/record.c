@@ -404,7 +404,8 @@ record_fetch(const IdemKey *key, IdemRecord *rec)
  * Look the key up with a dirty snapshot.  Returns RECORD_BUSY (and sets
  * *busy) if another transaction is inserting, updating or deleting the
  * key's record; with wait, or for a deletion, it waits for that
- * transaction and looks again instead.  Otherwise the slot holds the
+ * transaction and looks again instead.  A read_only probe never waits, and
+ * a version being deleted does not make the key busy for it.  Otherwise the slot holds the
  * newest version, which this transaction may act on if it still is the
  * newest when it locks it.
  *
@@ -413,7 +414,7 @@ record_fetch(const IdemKey *key, IdemRecord *rec)
  * it, and then either one shows that transaction.
  */
 static RecordProbe
-probe(const IdemKey *key, bool wait, bool *busy)
+probe(const IdemKey *key, bool wait, bool read_only, bool *busy)
 {
 	ScanKeyData skeys[3];
 	SnapshotData dirty;
@@ -455,6 +456,11 @@ probe(const IdemKey *key, bool wait, bool *busy)
 			deleting = ItemPointerEquals(&tuple->t_self,
 										 &tuple->t_data->t_ctid);
 		}
+		if (read_only)
+		{
+			*busy = !deleting;
+			return RECORD_BUSY;
+		}
 		*busy = true;
 		if (!wait && !deleting)
 			return RECORD_BUSY;
@@ -477,7 +483,7 @@ record_probe(const IdemKey *key, bool wait, IdemRecord *rec, bool *own)
 
 	if (tables.distributed)
 		return sql_probe(key, wait, rec, own);
-	result = probe(key, wait, &busy);
+	result = probe(key, wait, false, &busy);
 	if (own != NULL)
 		*own = false;
 	if (result == RECORD_FOUND)
@@ -492,8 +498,9 @@ record_probe(const IdemKey *key, bool wait, IdemRecord *rec, bool *own)
 }
 
 /*
- * Whether another transaction is writing the key's record, asked without
- * waiting and without locking anything (idem_replay).
+ * Whether another transaction is inserting or updating the key's record,
+ * asked without waiting and without locking anything (idem_replay).  A
+ * record being deleted is not busy: the caller's snapshot decides.
  */
 bool
 record_busy(const IdemKey *key)
@@ -502,7 +509,7 @@ record_busy(const IdemKey *key)
 
 	if (tables.distributed)
 		return sql_busy(key);
-	(void) probe(key, false, &busy);
+	(void) probe(key, false, true, &busy);
 	return busy;
 }
 
@@ -887,7 +894,7 @@ record_forget(const IdemKey *key)
 		(void) sql_probe(key, true, &rec, NULL);
 		return sql_forget(key);
 	}
-	(void) probe(key, true, &busy);
+	(void) probe(key, true, false, &busy);
 	sql_open(acc.caller);
 	forgotten = sql_forget(key);
 	sql_close();
