@@ -224,7 +224,8 @@ for t in idem_record hand_record; do fill $t "$BIG"; done
 scale_line "$BIG"
 
 # size: bytes per record, and the table's size over 10 cycles of fill,
-# expire and purge (VACUUM after each purge stands for autovacuum)
+# expire and purge (VACUUM after each purge stands for autovacuum); the
+# lease is shorter than the retention, or it would extend the expiry
 say "size: 10 cycles of 50000 records"
 createdb sizedb
 psql -X -q -d sizedb -c 'CREATE EXTENSION idem'
@@ -233,6 +234,7 @@ for c in $(seq 10); do
 	psql -X -q -d sizedb -v ON_ERROR_STOP=1 <<SQL >/dev/null
 SET idem.retry_window = '1s';
 SET idem.retention = '3s';
+SET idem.lease = '1s';
 DO \$\$
 BEGIN
 	FOR i IN 1..50000 LOOP
