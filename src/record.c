@@ -17,7 +17,8 @@
  *   (XactLockTableWait: lock_timeout, the deadlock detector and cancel
  *   apply, and a prepared transaction is waited for until it is finished).
  *   A version being deleted (a purge of an expired record, idem_forget) is
- *   always waited for, as INSERT ... ON CONFLICT waits for it.
+ *   always waited for, as INSERT ... ON CONFLICT waits for it, except by
+ *   idem_replay, which never waits and answers from its snapshot.
  * - A fresh claim inserts speculatively, as INSERT ... ON CONFLICT does: a
  *   speculative heap insert, then the index entries with the unique index
  *   as arbiter; if a concurrent insert of the same key won, the heap tuple
