@@ -9,7 +9,8 @@
  * idem.purge_interval and, one after the other, starts a worker in each.
  * That worker leaves at once where idem is not installed, and otherwise
  * purges expired records batch after batch, one transaction per batch, for
- * at most IDEM_PURGE_VISIT_MS, then exits.  A worker that had to stop with
+ * at most IDEM_PURGE_VISIT_MS, then exits.  On Citus it purges the shard
+ * placements of idem_record that its node holds, one after the other.  A worker that had to stop with
  * expired records left says so (stats.c), and the launcher comes back
  * without waiting an interval.  A database created or dropped later is
  * visited or left out at the next round, and DROP DATABASE, which waits a
@@ -39,6 +40,7 @@
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -189,10 +191,12 @@ idem_purge_main(Datum main_arg)
 	Oid			dboid = DatumGetObjectId(main_arg);
 	TimestampTz start;
 	TimestampTz deadline;
-	TimestampTz from = DT_NOBEGIN;
 	uint64		total = 0;
-	uint64		deleted;
+	uint64		deleted = 0;
 	bool		installed;
+	bool		distributed;
+	List	   *targets;
+	ListCell   *lc;
 
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
@@ -205,38 +209,62 @@ idem_purge_main(Datum main_arg)
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
-	/* Is idem installed here?  If not, there is nothing to do. */
+	/*
+	 * Is idem installed here?  If not, there is nothing to do.  If it is,
+	 * which relations hold this node's records (on Citus, the shard
+	 * placements here)?  The list outlives the transaction.
+	 */
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	installed = OidIsValid(get_extension_oid("idem", true));
+	targets = NIL;
+	if (installed)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		PushActiveSnapshot(GetTransactionSnapshot());
+		targets = purge_targets(&distributed);
+		PopActiveSnapshot();
+		MemoryContextSwitchTo(old);
+	}
 	CommitTransactionCommand();
 	if (!installed)
 		proc_exit(0);
 
 	start = GetCurrentTimestamp();
 	deadline = TimestampTzPlusMilliseconds(start, IDEM_PURGE_VISIT_MS);
-	do
+	foreach(lc, targets)
 	{
-		CHECK_FOR_INTERRUPTS();
+		TimestampTz from = DT_NOBEGIN;
 
-		/*
-		 * One transaction per batch, so that the rows a batch deletes are
-		 * gone, and its locks released, as soon as it is done.  The
-		 * statement start time is the transaction's start time too; the
-		 * snapshot is what the batch's statements see.
-		 */
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pgstat_report_activity(STATE_RUNNING, "purging expired records");
+		do
+		{
+			CHECK_FOR_INTERRUPTS();
 
-		deleted = purge_batch(GetCurrentStatementStartTimestamp(), &from);
+			/*
+			 * One transaction per batch, so that the rows a batch deletes
+			 * are gone, and its locks released, as soon as it is done.  The
+			 * statement start time is the transaction's start time too; the
+			 * snapshot is what the batch's statements see.
+			 */
+			SetCurrentStatementStartTimestamp();
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			pgstat_report_activity(STATE_RUNNING, "purging expired records");
 
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		total += deleted;
-	} while (deleted == (uint64) idem_purge_batch &&
-			 GetCurrentTimestamp() < deadline);
+			deleted = purge_batch(lfirst_oid(lc),
+								  GetCurrentStatementStartTimestamp(), &from);
+
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			total += deleted;
+		} while (deleted == (uint64) idem_purge_batch &&
+				 GetCurrentTimestamp() < deadline);
+
+		/* out of time with expired records left: the launcher comes back */
+		if (deleted == (uint64) idem_purge_batch)
+			break;
+	}
 
 	stats_count_purge(total, start, GetCurrentTimestamp(),
 					  deleted == (uint64) idem_purge_batch);
