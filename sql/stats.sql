@@ -29,8 +29,8 @@ SELECT claims_claimed, claims_replay, claims_in_progress, claims_mismatch,
 -- purges count their rows and when they ran
 SET idem.retry_window = '1s';
 SET idem.retention = '2s';
-SELECT outcome FROM idem_claim('acme', 'POST /short', 'x');
-SELECT outcome FROM idem_claim('acme', 'POST /short', 'y');
+SELECT outcome FROM idem_claim('acme', 'POST /short', 'x', lease => '1s');
+SELECT outcome FROM idem_claim('acme', 'POST /short', 'y', lease => '1s');
 SELECT pg_sleep(2.1);
 SELECT idem_purge();
 RESET idem.retention;
