@@ -120,6 +120,18 @@ is($rc, 0, 'a non-superuser claims, writes and completes in one transaction thro
   or diag($err);
 like($out, qr/^claimed\n.*replay\|order first$/s, 'then replays its response');
 
+# from PL/pgSQL, the FROM form of a call is delegated too
+($rc, $out, $err) = as_role($coord, 'app', q{
+BEGIN;
+SELECT outcome FROM idem_claim('acme', 'POST /orders', 'plpgsql', 'request');
+INSERT INTO orders VALUES ('acme', 'plpgsql', 'order plpgsql');
+DO $$BEGIN PERFORM * FROM idem_complete('acme', 'POST /orders', 'plpgsql', 201, 'order plpgsql'); END$$;
+COMMIT;
+SELECT outcome FROM idem_replay('acme', 'POST /orders', 'plpgsql');
+});
+is($out, "claimed\nreplay", 'PERFORM * FROM idem_complete(...) in PL/pgSQL, in the same transaction')
+  or diag($err);
+
 # a node added, shards rebalanced: still one transaction per request, for
 # tenants on either worker
 $coord->safe_psql('postgres', sprintf(q{

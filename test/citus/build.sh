@@ -4,9 +4,9 @@
 # Citus is a test dependency only (idem neither links with it nor ships
 # it), and no package registry reachable from CI provides it, so it is
 # built from the source tarball beside the checkout
-# (../shared/vendor/citus-*.tar.gz, or $IDEM_CITUS_TARBALL) into a cache
+# (../shared/vendor/citus-*.tar.gz, or $IDEM_TEST_CITUS_TARBALL) into a cache
 # directory per PostgreSQL major, never into the system's PostgreSQL:
-#   $IDEM_CITUS_CACHE (default /var/tmp/idem-citus/<major>)/root/...
+#   $IDEM_TEST_CITUS_CACHE (default /var/tmp/idem-citus/<major>)/root/...
 # mirrors the installation's paths; test/run.sh copies it into its private
 # installation (tmp_install/).  A stamp records which tarball and which
 # server it was built for, so a rebuild happens only when either changes.
