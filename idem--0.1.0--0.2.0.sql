@@ -56,7 +56,9 @@ BEGIN
 	  FROM pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
 	IF NOT EXISTS (SELECT FROM pg_dist_partition
 				    WHERE logicalrelid OPERATOR(pg_catalog.=) records) THEN
+		-- the records move into the shards; the shell keeps no copy
 		PERFORM create_distributed_table(records, 'tenant');
+		PERFORM truncate_local_data_after_distributing_table(records);
 	END IF;
 
 	FOR fn IN

@@ -71,8 +71,18 @@ like($err, qr/ERROR:  42501/, 'idem_distribute() as a non-superuser: SQLSTATE 42
 ($rc, $out, $err) = $w1->psql('postgres', 'SELECT idem_distribute()');
 like($err, qr/must run on the Citus coordinator/, 'idem_distribute() on a worker: refused');
 
+# a record from before distributing is kept (in its shard)
+$coord->safe_psql('postgres', q{
+	SELECT idem_claim('early', 'POST /orders', 'k');
+	SELECT idem_complete('early', 'POST /orders', 'k', 201, 'early order');
+});
 $coord->safe_psql('postgres', 'SELECT idem_distribute()');
 $coord->safe_psql('postgres', 'SELECT idem_distribute()');
+is($coord->safe_psql('postgres', q{
+	SELECT outcome, status, convert_from(body, 'UTF8'), pg_relation_size('idem_record')
+	  FROM idem_replay('early', 'POST /orders', 'k')}),
+	'replay|201|early order|0',
+	'a record from before idem_distribute() replays from its shard; the local table is emptied');
 is($coord->safe_psql('postgres', q{
 	SELECT count(*) FILTER (WHERE p.proname IN ('idem_claim', 'idem_complete', 'idem_fail',
 						'idem_replay', 'idem_release', 'idem_forget', 'idem_list')),
