@@ -86,7 +86,8 @@ purge_worker_nodes(void)
 
 	rc = SPI_execute("SELECT nodename, nodeport, success, result"
 					 " FROM pg_catalog.run_command_on_workers(pg_catalog.format("
-					 "'SELECT %s.idem_purge()', (SELECT e.extnamespace::pg_catalog.regnamespace"
+					 "'SELECT %s.idem_purge()',"
+					 " (SELECT e.extnamespace::pg_catalog.regnamespace"
 					 " FROM pg_catalog.pg_extension e"
 					 " WHERE e.extname OPERATOR(pg_catalog.=) 'idem')))",
 					 false, 0);

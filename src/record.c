@@ -543,11 +543,11 @@ record_distributed(void)
 /*
  * The relations the purge on this node goes through, as a list of OIDs in
  * the caller's memory context: idem_record itself, or, when Citus has
- * distributed it (*distributed), the shard placements that this node holds (none on a
- * coordinator without shards).  A statement on the distributed table would
- * have to span every shard at once, which Citus cannot plan for a batch
- * delete; each node deleting from its own placements needs no coordination
- * and follows the shards wherever the rebalancer moves them.
+ * distributed it (*distributed), the shard placements that this node holds
+ * (none on a coordinator without shards).  A statement on the distributed
+ * table would have to span every shard at once, which Citus cannot plan for
+ * a batch delete; each node deleting from its own placements needs no
+ * coordination and follows the shards wherever the rebalancer moves them.
  */
 List *
 record_purge_targets(bool *distributed)
@@ -584,11 +584,10 @@ record_purge_targets(bool *distributed)
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
+		Datum		shard = SPI_getbinval(SPI_tuptable->vals[i],
+										  SPI_tuptable->tupdesc, 1, &isnull);
 
-		targets = lappend_oid(targets,
-							  DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-															 SPI_tuptable->tupdesc,
-															 1, &isnull)));
+		targets = lappend_oid(targets, DatumGetObjectId(shard));
 	}
 	MemoryContextSwitchTo(old);
 	return targets;
@@ -609,11 +608,11 @@ run_purge_on_shard(Oid shard, Datum *values, const char *nulls)
 	SPIPlanPtr	plan;
 	int			nestlevel;
 	int			rc;
+	char	   *schema = get_namespace_name(get_rel_namespace(shard));
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, plan_specs[PLAN_PURGE].sql,
-					 quote_qualified_identifier(get_namespace_name(get_rel_namespace(shard)),
-												get_rel_name(shard)));
+					 quote_qualified_identifier(schema, get_rel_name(shard)));
 
 	nestlevel = NewGUCNestLevel();
 	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,

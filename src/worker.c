@@ -9,13 +9,15 @@
  * idem.purge_interval and, one after the other, starts a worker in each.
  * That worker leaves at once where idem is not installed, and otherwise
  * purges expired records batch after batch, one transaction per batch, for
- * at most IDEM_PURGE_VISIT_MS, then exits.  On Citus it purges the shard
- * placements of idem_record that its node holds, one after the other.  A worker that had to stop with
+ * at most IDEM_PURGE_VISIT_MS, then exits.  A worker that had to stop with
  * expired records left says so (stats.c), and the launcher comes back
  * without waiting an interval.  A database created or dropped later is
  * visited or left out at the next round, and DROP DATABASE, which waits a
  * few seconds for other sessions to leave, never finds a purge in its way
  * for longer than one visit.
+ *
+ * On Citus, a worker purges the shard placements of idem_record that its
+ * node holds, one after the other (record_purge_targets).
  *
  * The launcher starts once recovery has finished: never on a standby, and
  * on a standby's promotion.  SIGTERM ends either process (die); the

@@ -103,6 +103,8 @@ run_as_postgres() {
 # the cache of its build are (test/citus/build.sh builds it).
 CITUS_CACHE=${IDEM_TEST_CITUS_CACHE:-/var/tmp/idem-citus/$PG_MAJOR}
 CITUS_TARBALL_GLOB=${IDEM_TEST_CITUS_TARBALL:-$PWD/../shared/vendor/citus-*.tar.gz}
+# the PostgreSQL majors that the vendored Citus (13.2) supports
+CITUS_MAJORS="15 16 17"
 CITUS_PACKAGES="liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev
 libxslt1-dev libpam0g-dev libssl-dev libreadline-dev"
 

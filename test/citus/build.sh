@@ -25,11 +25,10 @@ if ! citus_locate; then
 	say "citus: no source tarball (looked for ${CITUS_TARBALL_GLOB})"
 	exit 2
 fi
-# Citus 13.2 supports PostgreSQL 15-17
-case $PG_MAJOR in 15 | 16 | 17) ;; *)
+if [[ " $CITUS_MAJORS " != *" $PG_MAJOR "* ]]; then
 	say "citus: $(basename "$CITUS_TARBALL") does not support PostgreSQL $PG_MAJOR"
-	exit 2 ;;
-esac
+	exit 2
+fi
 stamp="$(basename "$CITUS_TARBALL") $($PG_CONFIG --version)"
 if [ -f "$CITUS_CACHE/stamp" ] && [ "$(cat "$CITUS_CACHE/stamp")" = "$stamp" ]; then
 	exit 0
