@@ -26,6 +26,7 @@ ok($primary->poll_query_until('postgres', launchers(1)),
 	'the launcher runs, named in pg_stat_activity');
 
 # records of two databases, created after the launcher started: short ones
+# (pending, with a 1s lease: a claim within its lease is never purged)
 # expire after 2s, long ones stay
 sub make_records
 {
@@ -33,7 +34,7 @@ sub make_records
 	$node->safe_psql($db, qq{
 		SET idem.retry_window = '1s';
 		SET idem.retention = '2s';
-		SELECT count(idem_claim('t', 'e', '$prefix-' || i)) FROM generate_series(1, $n) i;
+		SELECT count(idem_claim('t', 'e', '$prefix-' || i, lease => '1s')) FROM generate_series(1, $n) i;
 	});
 	return time() + 2;
 }

@@ -35,7 +35,7 @@ $primary->safe_psql('postgres', q{
 	SELECT idem_claim('t', 'e', 'in-flight', lease => '1 hour');
 	SET idem.retry_window = '1s';
 	SET idem.retention = '2s';
-	SELECT count(idem_claim('t', 'short', 'k' || i)) FROM generate_series(1, 50) i;
+	SELECT count(idem_claim('t', 'short', 'k' || i, lease => '1s')) FROM generate_series(1, 50) i;
 });
 my $records = q{SELECT key, state, status, encode(body, 'hex'), attempt FROM idem_record ORDER BY endpoint, key};
 my $before = $primary->safe_psql('postgres', $records);
