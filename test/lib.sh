@@ -103,3 +103,18 @@ run_as_postgres() {
 	fi
 	return $rc
 }
+
+# Citus, for the citus suite (test/citus/): where its source tarball and
+# the cache of its build are (test/citus/build.sh builds it).
+CITUS_CACHE=${IDEM_TEST_CITUS_CACHE:-/var/tmp/idem-citus/$PG_MAJOR}
+CITUS_TARBALL_GLOB=${IDEM_TEST_CITUS_TARBALL:-$PWD/../shared/vendor/citus-*.tar.gz}
+# the PostgreSQL majors that the vendored Citus (13.2) supports
+CITUS_MAJORS="15 16 17"
+CITUS_PACKAGES="liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev
+libxslt1-dev libpam0g-dev libssl-dev libreadline-dev"
+
+# citus_locate: set CITUS_TARBALL to the newest tarball there is
+citus_locate() {
+	CITUS_TARBALL=$(ls $CITUS_TARBALL_GLOB 2>/dev/null | sort -V | tail -n 1)
+	[ -n "$CITUS_TARBALL" ] && [ -f "$CITUS_TARBALL" ]
+}
