@@ -371,6 +371,28 @@ key_datums(const IdemKey *key, Datum *values, char *nulls)
 }
 
 /*
+ * Run a read-only look-up of at most one row; false if it found none.
+ * Without latest, with the calling statement's snapshot (no new snapshot,
+ * no command counter increment); with latest, the newest committed state,
+ * even under REPEATABLE READ.
+ */
+static bool
+run_lookup(RecordPlan which, Datum *values, const char *nulls, bool latest)
+{
+	int			rc;
+
+	if (latest)
+		rc = SPI_execute_snapshot(plans[which], values, nulls,
+								  GetLatestSnapshot(), InvalidSnapshot,
+								  false, false, 1);
+	else
+		rc = SPI_execute_plan(plans[which], values, nulls, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return SPI_processed > 0;
+}
+
+/*
  * The fencing floor of the key's bucket (0 when it has none), as the
  * statement's snapshot shows it, or with latest, as the newest committed
  * state shows it: a purge that committed since this statement began may
@@ -380,17 +402,8 @@ static int32
 read_floor(Datum *values, const char *nulls, bool latest)
 {
 	bool		isnull;
-	int			rc;
 
-	if (latest)
-		rc = SPI_execute_snapshot(plans[PLAN_FLOOR], values, nulls,
-								  GetLatestSnapshot(), InvalidSnapshot,
-								  false, false, 1);
-	else
-		rc = SPI_execute_plan(plans[PLAN_FLOOR], values, nulls, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
+	if (!run_lookup(PLAN_FLOOR, values, nulls, latest))
 		return 0;
 	return DatumGetInt32(first_row_column(1, &isnull));
 }
@@ -466,18 +479,9 @@ record_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 	char		nulls[3];
 	bool		isnull;
 	Datum		d;
-	int			rc;
 
 	key_datums(key, values, nulls);
-	if (latest)
-		rc = SPI_execute_snapshot(plans[PLAN_FETCH], values, nulls,
-								  GetLatestSnapshot(), InvalidSnapshot,
-								  false, false, 1);
-	else
-		rc = SPI_execute_plan(plans[PLAN_FETCH], values, nulls, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
+	if (!run_lookup(PLAN_FETCH, values, nulls, latest))
 		return false;
 
 	rec->state = state_from_text(DatumGetTextPP(first_row_column(COL_STATE,
