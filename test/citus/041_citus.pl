@@ -1,6 +1,6 @@
 # test/citus/041_citus.pl: idem distributed by Citus over a coordinator
-# and two workers, on Unix sockets.  What the README's "Scaling out with
-# Citus" promises: idem_distribute() (and its errors), a non-superuser's
+# and two workers, on Unix sockets.  What doc/citus.md ("Scaling out with
+# Citus") promises: idem_distribute() (and its errors), a non-superuser's
 # claim + business write + complete in one transaction through the
 # coordinator, delegation that survives adding a node and rebalancing,
 # concurrent duplicates entering through every node (one claimed, the
