@@ -176,7 +176,9 @@ extern RecordWrite record_finish(const IdemKey *key, IdemState state,
 								 bool retryable, bool has_status,
 								 int32 status, bytea *body, Jsonb *headers,
 								 TimestampTz now);
-extern uint64 record_purge_batch(TimestampTz now, int batch, TimestampTz *from);
+extern List *record_purge_targets(bool *distributed);
+extern uint64 record_purge_batch(Oid target, TimestampTz now, int batch,
+								 TimestampTz *from);
 extern List *record_list(text *tenant, text *endpoint, bool with_body,
 						 int32 max_rows, TupleDesc desc);
 extern bool record_forget(const IdemKey *key);
@@ -198,7 +200,8 @@ extern const char *outcome_name(IdemOutcome outcome);
 extern void require_primary(const char *function);
 
 /* purge.c */
-extern uint64 purge_batch(TimestampTz now, TimestampTz *from);
+extern List *purge_targets(bool *distributed);
+extern uint64 purge_batch(Oid target, TimestampTz now, TimestampTz *from);
 extern uint64 purge_all(void);
 
 /* stats.c */

@@ -9,52 +9,139 @@
  * with FOR UPDATE SKIP LOCKED: it never waits for a transaction that holds
  * a row, and the worker commits after every batch.
  *
+ * On Citus each node purges the shard placements of idem_record it holds
+ * (record_purge_targets), its worker as everywhere else; idem_purge() on
+ * the coordinator also runs idem_purge() on every worker node and adds up
+ * what they deleted.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #include "idem.h"
 
 /*
- * Delete one batch of records expired by now; returns how many.  *from is
- * where the batch starts in expiry order, DT_NOBEGIN for a purge's first
- * batch, and is moved on for the next one.
+ * The relations to purge on this node (record_purge_targets), in the
+ * current memory context; *distributed tells whether Citus distributes
+ * idem_record.
+ */
+List *
+purge_targets(bool *distributed)
+{
+	List	   *targets;
+
+	record_open();
+	targets = record_purge_targets(distributed);
+	record_close();
+	return targets;
+}
+
+/*
+ * Delete one batch of target's records expired by now; returns how many.
+ * *from is where the batch starts in expiry order, DT_NOBEGIN for a
+ * target's first batch, and is moved on for the next one.
  */
 uint64
-purge_batch(TimestampTz now, TimestampTz *from)
+purge_batch(Oid target, TimestampTz now, TimestampTz *from)
 {
 	uint64		deleted;
 
 	record_open();
-	deleted = record_purge_batch(now, idem_purge_batch, from);
+	deleted = record_purge_batch(target, now, idem_purge_batch, from);
 	record_close();
 	return deleted;
 }
 
 /*
+ * On the Citus coordinator: idem_purge() on every worker node, each of
+ * which purges the placements it holds; the sum of what they deleted.
+ * Citus runs the calls over connections of their own, so each node's purge
+ * commits on its own, whatever becomes of the caller's transaction.  A node
+ * that fails makes the whole call fail, naming it.
+ */
+static uint64
+purge_worker_nodes(void)
+{
+	uint64		total = 0;
+	bool		isnull;
+	int			rc;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rc = SPI_execute("SELECT pg_catalog.citus_is_coordinator()", true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+									SPI_tuptable->tupdesc, 1, &isnull)))
+	{
+		SPI_finish();
+		return 0;
+	}
+
+	rc = SPI_execute("SELECT nodename, nodeport, success, result"
+					 " FROM pg_catalog.run_command_on_workers(pg_catalog.format("
+					 "'SELECT %s.idem_purge()',"
+					 " (SELECT e.extnamespace::pg_catalog.regnamespace"
+					 " FROM pg_catalog.pg_extension e"
+					 " WHERE e.extname OPERATOR(pg_catalog.=) 'idem')))",
+					 false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *result = SPI_getvalue(row, desc, 4);
+
+		if (!DatumGetBool(SPI_getbinval(row, desc, 3, &isnull)))
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("idem_purge() failed on Citus node %s:%s",
+							SPI_getvalue(row, desc, 1),
+							SPI_getvalue(row, desc, 2)),
+					 errdetail("The node answered: %s", result ? result : "")));
+		total += (uint64) pg_strtoint64(result);
+	}
+	SPI_finish();
+	return total;
+}
+
+/*
  * idem_purge(): every expired record, batch after batch, in the caller's
- * transaction.
+ * transaction; on a Citus coordinator, those of every node.
  */
 uint64
 purge_all(void)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	TimestampTz now = GetCurrentStatementStartTimestamp();
-	TimestampTz from = DT_NOBEGIN;
 	uint64		total = 0;
-	uint64		deleted;
+	bool		distributed;
+	List	   *targets;
+	ListCell   *lc;
 
 	require_primary("idem_purge()");
-	do
+	targets = purge_targets(&distributed);
+	foreach(lc, targets)
 	{
-		CHECK_FOR_INTERRUPTS();
-		deleted = purge_batch(now, &from);
-		total += deleted;
-	} while (deleted == (uint64) idem_purge_batch);
+		TimestampTz from = DT_NOBEGIN;
+		uint64		deleted;
+
+		do
+		{
+			CHECK_FOR_INTERRUPTS();
+			deleted = purge_batch(lfirst_oid(lc), now, &from);
+			total += deleted;
+		} while (deleted == (uint64) idem_purge_batch);
+	}
 	stats_count_purge(total, start, GetCurrentTimestamp(), false);
+	if (distributed)
+		total += purge_worker_nodes();
 	return total;
 }

@@ -850,16 +850,33 @@ record_finish(const IdemKey *key, IdemState state, bool retryable,
  * The purge, the listing and idem_forget go through SQL on every table:
  * they are not on a request's path, and a deletion must fire the trigger
  * that raises the fencing floor.
+ *
+ * The relations the purge on this node goes through: the local
+ * idem_record, or the shard placements of a distributed one that this node
+ * holds (sql_purge_targets).
  */
+List *
+record_purge_targets(bool *distributed)
+{
+	List	   *targets;
+
+	if (tables.distributed)
+		return sql_purge_targets(distributed);
+	sql_open(acc.caller);
+	targets = sql_purge_targets(distributed);
+	sql_close();
+	return targets;
+}
+
 uint64
-record_purge_batch(TimestampTz now, int batch, TimestampTz *from)
+record_purge_batch(Oid target, TimestampTz now, int batch, TimestampTz *from)
 {
 	uint64		deleted;
 
 	if (tables.distributed)
-		return sql_purge_batch(now, batch, from);
+		return sql_purge_batch(target, now, batch, from);
 	sql_open(acc.caller);
-	deleted = sql_purge_batch(now, batch, from);
+	deleted = sql_purge_batch(target, now, batch, from);
 	sql_close();
 	return deleted;
 }

@@ -34,7 +34,9 @@ extern void sql_reclaim(const IdemKey *key, const IdemRecord *rec,
 extern void sql_finish(const IdemKey *key, IdemState state, bool retryable,
 					   bool has_status, int32 status, bytea *body,
 					   Jsonb *headers, TimestampTz now);
-extern uint64 sql_purge_batch(TimestampTz now, int batch, TimestampTz *from);
+extern List *sql_purge_targets(bool *distributed);
+extern uint64 sql_purge_batch(Oid target, TimestampTz now, int batch,
+							  TimestampTz *from);
 extern List *sql_list(text *tenant, text *endpoint, bool with_body,
 					  int32 max_rows, TupleDesc desc);
 extern bool sql_forget(const IdemKey *key);

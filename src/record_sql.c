@@ -21,15 +21,23 @@
  * invalidates every cached plan): each is planned with sequential scans
  * off, never by the plan cache on its own.
  *
+ * On Citus, once idem_distribute() has distributed idem_record, the table
+ * in the extension's schema is a shell that Citus routes each key's
+ * statement through to the shard that holds the tenant, so those
+ * statements stay as they are.  Only the purge, which spans all tenants,
+ * cannot go through the shell: it runs on each node against the shard
+ * placements that node holds (sql_purge_targets).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
-#include "commands/extension.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
@@ -37,6 +45,7 @@
 #include "utils/plancache.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "record.h"
 
@@ -89,14 +98,13 @@ typedef struct PlanSpec
 
 static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_INSERT] = {
+		/* the floor is read apart: Citus cannot plan it inside the INSERT */
 		"INSERT INTO %1$s (tenant, endpoint, key, state, fingerprint, attempt,"
 		" created_at, claimed_at, lease_expires_at, expires_at)"
-		" VALUES ($1, $2, $3, 'pending', $4,"
-		" COALESCE((SELECT attempt FROM %2$s" FLOOR_MATCH "), 0)"
-		" OPERATOR(pg_catalog.+) 1, $5, $5, $6, $7)"
-		" ON CONFLICT (tenant, endpoint, key) DO NOTHING RETURNING attempt",
-		7, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+		" VALUES ($1, $2, $3, 'pending', $4, $8, $5, $5, $6, $7)"
+		" ON CONFLICT (tenant, endpoint, key) DO NOTHING",
+		8, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}
 	},
 	[PLAN_FLOOR] = {
 		/* %1$.0s: a format must use every argument before the last one */
@@ -371,6 +379,44 @@ key_datums(const IdemKey *key, Datum *values, char *nulls)
 }
 
 /*
+ * Run a read-only look-up of at most one row; false if it found none.
+ * Without latest, with the calling statement's snapshot (no new snapshot,
+ * no command counter increment); with latest, the newest committed state,
+ * even under REPEATABLE READ.
+ */
+static bool
+run_lookup(RecordPlan which, Datum *values, const char *nulls, bool latest)
+{
+	int			rc;
+
+	if (latest)
+		rc = SPI_execute_snapshot(plans[which], values, nulls,
+								  GetLatestSnapshot(), InvalidSnapshot,
+								  false, false, 1);
+	else
+		rc = SPI_execute_plan(plans[which], values, nulls, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return SPI_processed > 0;
+}
+
+/*
+ * The fencing floor of the key's bucket (0 when it has none), as the
+ * statement's snapshot shows it, or with latest, as the newest committed
+ * state shows it: a purge that committed since this statement began may
+ * have raised it.
+ */
+static int32
+read_floor(Datum *values, const char *nulls, bool latest)
+{
+	bool		isnull;
+
+	if (!run_lookup(PLAN_FLOOR, values, nulls, latest))
+		return 0;
+	return DatumGetInt32(first_row_column(1, &isnull));
+}
+
+/*
  * Insert a fresh pending claim; false if the key already has a record.  The
  * unique index alone decides.  *attempt is the new claim's attempt: one more
  * than the floor of the key's bucket, which the deletion of every earlier
@@ -387,40 +433,30 @@ sql_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
 					TimestampTz now, TimestampTz lease_expires_at,
 					TimestampTz expires_at, int32 *attempt)
 {
-	Datum		values[7];
-	char		nulls[7];
-	bool		isnull;
-	int			rc;
+	Datum		values[8];
+	char		nulls[8];
+	int32		floor;
 
 	key_datums(key, values, nulls);
 	values[3] = fingerprint_datum(fp, &nulls[3]);
 	values[4] = TimestampTzGetDatum(now);
 	values[5] = TimestampTzGetDatum(lease_expires_at);
 	values[6] = TimestampTzGetDatum(expires_at);
-	nulls[4] = nulls[5] = nulls[6] = ' ';
+	*attempt = read_floor(values, nulls, false) + 1;
+	values[7] = Int32GetDatum(*attempt);
+	nulls[4] = nulls[5] = nulls[6] = nulls[7] = ' ';
 
 	run_plan(PLAN_INSERT, values, nulls, 0);
 	if (SPI_processed != 1)
 		return false;
-	*attempt = DatumGetInt32(first_row_column(1, &isnull));
 
-	rc = SPI_execute_snapshot(plans[PLAN_FLOOR], values, nulls,
-							  GetLatestSnapshot(), InvalidSnapshot,
-							  false, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_snapshot failed: %s",
-			 SPI_result_code_string(rc));
-	if (SPI_processed == 1)
+	floor = read_floor(values, nulls, true);
+	if (floor >= *attempt)
 	{
-		int32		floor = DatumGetInt32(first_row_column(1, &isnull));
-
-		if (floor >= *attempt)
-		{
-			*attempt = floor + 1;
-			values[3] = Int32GetDatum(*attempt);
-			nulls[3] = ' ';
-			run_plan(PLAN_REFENCE, values, nulls, 0);
-		}
+		*attempt = floor + 1;
+		values[3] = Int32GetDatum(*attempt);
+		nulls[3] = ' ';
+		run_plan(PLAN_REFENCE, values, nulls, 0);
 	}
 	return true;
 }
@@ -451,18 +487,9 @@ sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 	char		nulls[3];
 	bool		isnull;
 	Datum		d;
-	int			rc;
 
 	key_datums(key, values, nulls);
-	if (latest)
-		rc = SPI_execute_snapshot(plans[PLAN_FETCH], values, nulls,
-								  GetLatestSnapshot(), InvalidSnapshot,
-								  false, false, 1);
-	else
-		rc = SPI_execute_plan(plans[PLAN_FETCH], values, nulls, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
+	if (!run_lookup(PLAN_FETCH, values, nulls, latest))
 		return false;
 
 	rec->state = state_from_text(DatumGetTextPP(first_row_column(COL_STATE,
@@ -656,16 +683,112 @@ sql_forget(const IdemKey *key)
 }
 
 /*
- * Delete up to batch records that expired by now, skipping rows another
- * transaction has locked: a purge never waits for a claim.  A pending claim
- * whose lease runs is kept, whatever its expiry says.  *from is where
- * in expiry order the batch starts (DT_NOBEGIN: the beginning), and is
- * moved to where the next batch of the same purge may start: without it,
- * every batch would walk again over the index entries of the rows that the
- * batches before it deleted, which stay until VACUUM.
+ * The relations the purge on this node goes through, as a list of OIDs in
+ * the caller's memory context: idem_record itself, or, when Citus has
+ * distributed it (*distributed), the shard placements that this node holds
+ * (none on a coordinator without shards).  A statement on the distributed
+ * table would have to span every shard at once, which Citus cannot plan for
+ * a batch delete; each node deleting from its own placements needs no
+ * coordination and follows the shards wherever the rebalancer moves them.
+ */
+List *
+sql_purge_targets(bool *distributed)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(record_relid)};
+	List	   *targets = NIL;
+	MemoryContext old;
+	int			rc;
+
+	*distributed = sql_distributed(record_relid);
+	if (!*distributed)
+	{
+		old = MemoryContextSwitchTo(caller_context);
+		targets = list_make1_oid(record_relid);
+		MemoryContextSwitchTo(old);
+		return targets;
+	}
+
+	rc = SPI_execute_with_args("SELECT r FROM (SELECT pg_catalog.to_regclass("
+							   "pg_catalog.shard_name(s.logicalrelid, s.shardid))"
+							   " AS r FROM pg_catalog.pg_dist_shard s"
+							   " JOIN pg_catalog.pg_dist_placement p"
+							   " ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
+							   " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
+							   " AND p.groupid OPERATOR(pg_catalog.=) (SELECT groupid"
+							   " FROM pg_catalog.pg_dist_local_group)) placements"
+							   " WHERE r IS NOT NULL ORDER BY r",
+							   1, argtypes, values, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed: %s",
+			 SPI_result_code_string(rc));
+	old = MemoryContextSwitchTo(caller_context);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		shard = SPI_getbinval(SPI_tuptable->vals[i],
+										  SPI_tuptable->tupdesc, 1, &isnull);
+
+		targets = lappend_oid(targets, DatumGetObjectId(shard));
+	}
+	MemoryContextSwitchTo(old);
+	return targets;
+}
+
+/*
+ * Run the purge statement against a shard placement of the distributed
+ * idem_record.  It is prepared at each call: placements come and go as
+ * shards move, and a purge runs a few statements a minute.  Citus refuses
+ * changes to a shard from outside its own executor unless
+ * citus.enable_manual_changes_to_shards is on; it is, for this statement
+ * only.  Like the kept plans, the plan finds its rows through the index.
+ */
+static void
+run_purge_on_shard(Oid shard, Datum *values, const char *nulls)
+{
+	StringInfoData sql;
+	SPIPlanPtr	plan;
+	int			nestlevel;
+	int			rc;
+	char	   *schema = get_namespace_name(get_rel_namespace(shard));
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, plan_specs[PLAN_PURGE].sql,
+					 quote_qualified_identifier(schema, get_rel_name(shard)));
+
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("citus.enable_manual_changes_to_shards", "on",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	plan = SPI_prepare_cursor(sql.data, plan_specs[PLAN_PURGE].nargs,
+							  (Oid *) plan_specs[PLAN_PURGE].argtypes,
+							  CURSOR_OPT_GENERIC_PLAN);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 sql.data, SPI_result_code_string(SPI_result));
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	AtEOXact_GUC(true, nestlevel);
+	SPI_freeplan(plan);
+	pfree(sql.data);
+}
+
+/*
+ * Delete up to batch records of target (one of sql_purge_targets()) that
+ * expired by now, skipping rows another transaction has locked: a purge
+ * never waits for a claim, and a pending claim whose lease runs is kept,
+ * whatever its expiry says.  *from is where in expiry order the batch starts
+ * (DT_NOBEGIN: the beginning), and is moved to where the next batch of the
+ * same purge may start: without it, every batch would walk again over the
+ * index entries of the rows that the batches before it deleted, which stay
+ * until VACUUM.  A shard placement that has gone since the targets were
+ * listed (moved away and dropped) has nothing left to purge.
  */
 uint64
-sql_purge_batch(TimestampTz now, int batch, TimestampTz *from)
+sql_purge_batch(Oid target, TimestampTz now, int batch, TimestampTz *from)
 {
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
@@ -676,7 +799,19 @@ sql_purge_batch(TimestampTz now, int batch, TimestampTz *from)
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch);
 	values[2] = TimestampTzGetDatum(*from);
-	run_plan(PLAN_PURGE, values, nulls, 0);
+	if (target == record_relid)
+		run_plan(PLAN_PURGE, values, nulls, 0);
+	else
+	{
+		/* lock, then look: the placement cannot go while we purge it */
+		LockRelationOid(target, RowExclusiveLock);
+		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(target)))
+		{
+			UnlockRelationOid(target, RowExclusiveLock);
+			return 0;
+		}
+		run_purge_on_shard(target, values, nulls);
+	}
 
 	deleted = DatumGetInt64(first_row_column(1, &isnull));
 	last = first_row_column(2, &isnull);

@@ -16,6 +16,9 @@
  * few seconds for other sessions to leave, never finds a purge in its way
  * for longer than one visit.
  *
+ * On Citus, a worker purges the shard placements of idem_record that its
+ * node holds, one after the other (record_purge_targets).
+ *
  * The launcher starts once recovery has finished: never on a standby, and
  * on a standby's promotion.  SIGTERM ends either process (die); the
  * postmaster restarts the launcher after IDEM_LAUNCHER_RESTART_S.
@@ -39,6 +42,7 @@
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -191,10 +195,12 @@ idem_purge_main(Datum main_arg)
 	Oid			dboid = DatumGetObjectId(main_arg);
 	TimestampTz start;
 	TimestampTz deadline;
-	TimestampTz from = DT_NOBEGIN;
 	uint64		total = 0;
-	uint64		deleted;
+	uint64		deleted = 0;
 	bool		installed;
+	bool		distributed;
+	List	   *targets;
+	ListCell   *lc;
 
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
@@ -207,38 +213,62 @@ idem_purge_main(Datum main_arg)
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
-	/* Is idem installed here?  If not, there is nothing to do. */
+	/*
+	 * Is idem installed here?  If not, there is nothing to do.  If it is,
+	 * which relations hold this node's records (on Citus, the shard
+	 * placements here)?  The list outlives the transaction.
+	 */
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	installed = OidIsValid(get_extension_oid("idem", true));
+	targets = NIL;
+	if (installed)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		PushActiveSnapshot(GetTransactionSnapshot());
+		targets = purge_targets(&distributed);
+		PopActiveSnapshot();
+		MemoryContextSwitchTo(old);
+	}
 	CommitTransactionCommand();
 	if (!installed)
 		proc_exit(0);
 
 	start = GetCurrentTimestamp();
 	deadline = TimestampTzPlusMilliseconds(start, IDEM_PURGE_VISIT_MS);
-	do
+	foreach(lc, targets)
 	{
-		CHECK_FOR_INTERRUPTS();
+		TimestampTz from = DT_NOBEGIN;
 
-		/*
-		 * One transaction per batch, so that the rows a batch deletes are
-		 * gone, and its locks released, as soon as it is done.  The
-		 * statement start time is the transaction's start time too; the
-		 * snapshot is what the batch's statements see.
-		 */
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pgstat_report_activity(STATE_RUNNING, "purging expired records");
+		do
+		{
+			CHECK_FOR_INTERRUPTS();
 
-		deleted = purge_batch(GetCurrentStatementStartTimestamp(), &from);
+			/*
+			 * One transaction per batch, so that the rows a batch deletes
+			 * are gone, and its locks released, as soon as it is done.  The
+			 * statement start time is the transaction's start time too; the
+			 * snapshot is what the batch's statements see.
+			 */
+			SetCurrentStatementStartTimestamp();
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			pgstat_report_activity(STATE_RUNNING, "purging expired records");
 
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		total += deleted;
-	} while (deleted == (uint64) idem_purge_batch &&
-			 GetCurrentTimestamp() < deadline);
+			deleted = purge_batch(lfirst_oid(lc),
+								  GetCurrentStatementStartTimestamp(), &from);
+
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			total += deleted;
+		} while (deleted == (uint64) idem_purge_batch &&
+				 GetCurrentTimestamp() < deadline);
+
+		/* out of time with expired records left: the launcher comes back */
+		if (deleted == (uint64) idem_purge_batch)
+			break;
+	}
 
 	stats_count_purge(total, start, GetCurrentTimestamp(),
 					  deleted == (uint64) idem_purge_batch);

@@ -1,11 +1,11 @@
-# test/lib.sh: shell helpers shared by test/run.sh (make test) and
-# test/demo.sh (make run).  Sourced, never run.
+# test/lib.sh: shell helpers shared by test/run.sh (make test),
+# test/demo.sh (make run) and test/package.sh.  Sourced, never run.
 
 # The major to build and test for: the one PG_CONFIG names, else Debian
 # bookworm's 15 (what ensure_packages installs on a fresh machine).
 if [ -z "${PG_MAJOR:-}" ]; then
 	PG_MAJOR=$(${PG_CONFIG:-pg_config} --version 2>/dev/null |
-		sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
+		sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p') || true
 	PG_MAJOR=${PG_MAJOR:-15}
 fi
 PACKAGES="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
@@ -31,15 +31,21 @@ ensure_packages() {
 	done
 	# the HTTP example needs Node.js and npm, from Debian unless already here
 	command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
-	[ ${#missing[@]} -eq 0 ] && return 0
+	apt_install "${missing[@]}"
+}
+
+# apt_install PACKAGE...: as root, install the Debian packages named;
+# otherwise say how to install them, and stop.
+apt_install() {
+	[ $# -eq 0 ] && return 0
 	if is_root; then
-		say "installing ${missing[*]}"
+		say "installing $*"
 		apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--no-install-recommends "${missing[@]}" >/dev/null
+			--no-install-recommends "$@" >/dev/null
 	else
-		say "missing Debian packages: ${missing[*]}"
-		say "install them with: sudo apt-get install ${missing[*]}"
+		say "missing Debian packages: $*"
+		say "install them with: sudo apt-get install $*"
 		exit 1
 	fi
 }
@@ -102,4 +108,19 @@ run_as_postgres() {
 		say "kept $stage for inspection (tmp_check/ holds the logs)"
 	fi
 	return $rc
+}
+
+# Citus, for the citus suite (test/citus/): where its source tarball and
+# the cache of its build are (test/citus/build.sh builds it).
+CITUS_CACHE=${IDEM_TEST_CITUS_CACHE:-/var/tmp/idem-citus/$PG_MAJOR}
+CITUS_TARBALL_GLOB=${IDEM_TEST_CITUS_TARBALL:-$PWD/../shared/vendor/citus-*.tar.gz}
+# the PostgreSQL majors that the vendored Citus (13.2) supports
+CITUS_MAJORS="15 16 17"
+CITUS_PACKAGES="liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev
+libxslt1-dev libpam0g-dev libssl-dev libreadline-dev"
+
+# citus_locate: set CITUS_TARBALL to the newest tarball there is
+citus_locate() {
+	CITUS_TARBALL=$(ls $CITUS_TARBALL_GLOB 2>/dev/null | sort -V | tail -n 1)
+	[ -n "$CITUS_TARBALL" ] && [ -f "$CITUS_TARBALL" ]
 }

@@ -24,8 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-say() { printf 'idem: %s\n' "$*"; }
-is_root() { [ "$(id -u)" = 0 ]; }
+. test/lib.sh
 
 VERSION=$(sed -n "s/^default_version = '\(.*\)'/\1/p" idem.control)
 
@@ -37,16 +36,7 @@ ensure_debs() {
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
 			missing+=("$p")
 	done
-	[ ${#missing[@]} -eq 0 ] && return 0
-	if is_root; then
-		say "installing ${missing[*]}"
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--no-install-recommends "${missing[@]}" >/dev/null
-	else
-		say "missing Debian packages: ${missing[*]}"
-		exit 1
-	fi
+	apt_install "${missing[@]}"
 }
 
 # copy_tree DEST: the tree's own files (what git tracks, and new files it

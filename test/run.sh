@@ -11,22 +11,39 @@
 #   pgTAP        test/pgtap/*.sql through pg_prove
 #   HTTP         test/http/e2e.test.js, the example service (Node.js)
 #   TAP          test/t/*.pl (PostgreSQL::Test::Cluster)
+#   Citus        test/citus/*.pl, a coordinator and two workers; Citus is
+#                built once by test/citus/build.sh (as root, which make
+#                test does), else the suite says it skipped, unless
+#                IDEM_TEST_REQUIRE_CITUS=1 (CI), which makes that a failure
+#                on every major that Citus supports (CITUS_MAJORS)
 # It ends with one line "idem: N passed, N failed" and exits non-zero if
 # anything failed.
 #
 # While working on one thing, run part of it (the full run is the default):
 #   IDEM_TEST_SUITES="regress isolation"    which suites, of: version
 #                                           regress isolation pgtap http tap
+#                                           citus
 #   IDEM_TEST_REGRESS="claim errors"        which sql/*.sql files
 #   IDEM_TEST_ISOLATION="claim-race"        which specs
 #   IDEM_TEST_TAP="001_worker"              which test/t/*.pl scripts
+#   IDEM_TEST_CITUS="041_citus"             which test/citus/*.pl scripts
+#   IDEM_TEST_CITUS_CACHE=DIR               where Citus is built (default
+#                                           /var/tmp/idem-citus/<major>)
+#   IDEM_TEST_CITUS_TARBALL=FILE            its source (default
+#                                           ../shared/vendor/citus-*.tar.gz)
 #   IDEM_TEST_PORT=54329                    the pgTAP/HTTP server's port
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh
 
+SUITES=${IDEM_TEST_SUITES:-version regress isolation pgtap http tap citus}
+want() { [[ " $SUITES " == *" $1 "* ]]; }
+
 ensure_packages
 if is_root; then
+	# Citus: a test dependency built from source, once (test/citus/build.sh);
+	# if it cannot be built, the citus suite below says so
+	want citus && bash test/citus/build.sh
 	run_as_postgres test/run.sh
 	exit $?
 fi
@@ -47,8 +64,6 @@ export PATH=$BIN:$PATH
 
 passed=0
 failed=0
-SUITES=${IDEM_TEST_SUITES:-version regress isolation pgtap http tap}
-want() { [[ " $SUITES " == *" $1 "* ]]; }
 
 # the version lives in idem.control; META.json and the install script
 # must follow it
@@ -195,6 +210,30 @@ if want tap; then
 		$(pick "${IDEM_TEST_TAP:-}" $(cd test/t && ls *.pl | sed 's/\.pl$//') | sed 's|^|test/t/|; s|$|.pl|') 2>&1 |
 		tee "$OUT/tap.log"
 	count_prove "$OUT/tap.log"
+fi
+
+# Citus: idem distributed over a coordinator and two workers
+# (test/citus/*.pl), with the Citus that test/citus/build.sh built
+if want citus; then
+	say "Citus"
+	if [ -f "$CITUS_CACHE/stamp" ] &&
+		[[ "$(cat "$CITUS_CACHE/stamp")" == *" $($PG_CONFIG --version)" ]]; then
+		say "citus: $(cat "$CITUS_CACHE/stamp"), from $CITUS_CACHE"
+		cp -a "$CITUS_CACHE/root/." "$ROOT/tmp_install/"
+		mkdir -p "$OUT/citus"
+		PG_TEST_TIMEOUT_DEFAULT=120 TESTDIR="$OUT/citus" PG_REGRESS="$PG_PGXSDIR/src/test/regress/pg_regress" \
+			prove -v -I "$PG_PGXSDIR/src/test/perl" -I test/citus \
+			$(pick "${IDEM_TEST_CITUS:-}" $(cd test/citus && ls *.pl | sed 's/\.pl$//') | sed 's|^|test/citus/|; s|$|.pl|') 2>&1 |
+			tee "$OUT/citus.log"
+		count_prove "$OUT/citus.log"
+	elif [[ " $CITUS_MAJORS " != *" $PG_MAJOR "* ]]; then
+		say "citus: skipped (the vendored Citus supports PostgreSQL $CITUS_MAJORS, not $PG_MAJOR)"
+	elif [ "${IDEM_TEST_REQUIRE_CITUS:-0}" = 1 ]; then
+		say "citus: FAILED: Citus is not built for $($PG_CONFIG --version) in $CITUS_CACHE, and IDEM_TEST_REQUIRE_CITUS=1"
+		failed=$((failed + 1))
+	else
+		say "citus: skipped (Citus not built: run \"make test\" as root with ../shared/vendor/citus-*.tar.gz present, or \"sudo bash test/citus/build.sh\")"
+	fi
 fi
 
 echo "idem: $passed passed, $failed failed"

@@ -26,6 +26,7 @@ ok($primary->poll_query_until('postgres', launchers(1)),
 	'the launcher runs, named in pg_stat_activity');
 
 # records of two databases, created after the launcher started: short ones
+# (pending, with a 1s lease: a claim within its lease is never purged)
 # expire after 2s, long ones stay
 sub make_records
 {

@@ -138,9 +138,16 @@ sub check_session
 		$i++;
 	}
 	$script .= "\\echo ==end\n\\warn ==end\n";
+	# from a file, not standard input: a session that the server refuses at
+	# connection ends psql before it could read a pipe, and writing to it
+	# would fail
+	my $file = $node->basedir . '/check_session.sql';
+	open my $fh, '>', $file or die "cannot write $file: $!";
+	print $fh $script;
+	close $fh;
 	local $ENV{PGOPTIONS} = $options;
-	my ($ret, $out, $err) = $node->psql('app', $script, on_error_stop => 0,
-		extra_params => [ '-U', $user, '-v', 'VERBOSITY=verbose' ]);
+	my ($ret, $out, $err) = $node->psql('app', '', on_error_stop => 0,
+		extra_params => [ '-U', $user, '-v', 'VERBOSITY=verbose', '-f', $file ]);
 
 	# a connection option that idem refuses ends the session before any call
 	return ()
