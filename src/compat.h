@@ -31,4 +31,82 @@
 #define pg_noreturn pg_attribute_noreturn()
 #endif
 
+
+/*
+ * Direct record access (record.c).  Index scans: 18 added an
+ * IndexScanInstrumentation argument, 19 a flags argument.
+ */
+#include "access/genam.h"
+#include "access/tableam.h"
+#include "executor/executor.h"
+
+static inline IndexScanDesc
+idem_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
+					 int nkeys)
+{
+#if PG_VERSION_NUM >= 190000
+	return index_beginscan(heap, index, snapshot, NULL, nkeys, 0, SO_NONE);
+#elif PG_VERSION_NUM >= 180000
+	return index_beginscan(heap, index, snapshot, NULL, nkeys, 0);
+#else
+	return index_beginscan(heap, index, snapshot, nkeys, 0);
+#endif
+}
+
+/*
+ * Insert a new heap tuple's index entries (never as an update: idem does
+ * not pass the "index unchanged" hint, which needs a range table).  With
+ * no_dup_err, a unique index in arbiters reports a conflict through
+ * *spec_conflict instead of erroring, as INSERT ... ON CONFLICT does.  16
+ * added "only summarizing indexes"; 19 turned the booleans into flags.
+ */
+static inline void
+idem_insert_index_tuples(ResultRelInfo *rri, EState *estate,
+						 TupleTableSlot *slot, bool no_dup_err,
+						 bool only_summarizing, bool *spec_conflict,
+						 List *arbiters)
+{
+	List	   *recheck;
+
+#if PG_VERSION_NUM >= 190000
+	recheck = ExecInsertIndexTuples(rri, estate,
+									(no_dup_err ? EIIT_NO_DUPE_ERROR : 0) |
+									(only_summarizing ? EIIT_ONLY_SUMMARIZING : 0),
+									slot, arbiters, spec_conflict);
+#elif PG_VERSION_NUM >= 160000
+	recheck = ExecInsertIndexTuples(rri, slot, estate, false, no_dup_err,
+									spec_conflict, arbiters,
+									only_summarizing);
+#else
+	Assert(!only_summarizing);
+	recheck = ExecInsertIndexTuples(rri, slot, estate, false, no_dup_err,
+									spec_conflict, arbiters);
+#endif
+	list_free(recheck);
+}
+
+/*
+ * Replace the tuple at otid (which the caller has locked) with slot's.
+ * Returns whether the new version needs index entries; *only_summarizing
+ * says whether only summarizing indexes need them (16+: TU_UpdateIndexes).
+ */
+static inline bool
+idem_simple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot,
+				   Snapshot snapshot, bool *only_summarizing)
+{
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+
+	simple_table_tuple_update(rel, otid, slot, snapshot, &update_indexes);
+	*only_summarizing = update_indexes == TU_Summarizing;
+	return update_indexes != TU_None;
+#else
+	bool		update_indexes;
+
+	simple_table_tuple_update(rel, otid, slot, snapshot, &update_indexes);
+	*only_summarizing = false;
+	return update_indexes;
+#endif
+}
+
 #endif							/* IDEM_COMPAT_H */

@@ -136,29 +136,46 @@ extern void fingerprint_text(text *t, IdemFingerprint *fp);
 extern void fingerprint_jsonb(Datum jsonb, IdemFingerprint *fp);
 extern bytea *jsonb_body(Datum jsonb);
 
-/* keylock.c */
+/* keylock.c: the key lock of the SQL way into idem_record */
 extern bool keylock_acquire(const IdemKey *key, bool wait,
 							bool *already_held);
 extern bool keylock_held_by_other(const IdemKey *key);
 extern uint64 keylock_hash(const IdemKey *key);
 extern void keylock_release(const IdemKey *key);
 
-/* record.c */
+/* record.c: what record_probe finds of a key's record */
+typedef enum RecordProbe
+{
+	RECORD_ABSENT,				/* none, and nobody is writing one */
+	RECORD_BUSY,				/* another transaction is writing it */
+	RECORD_FOUND				/* the newest version */
+} RecordProbe;
+
+/* record.c: what a write of the probed record did */
+typedef enum RecordWrite
+{
+	RECORD_WRITTEN,
+	RECORD_WRITE_BUSY,			/* another transaction holds it */
+	RECORD_CHANGED				/* no longer the newest version: probe again */
+} RecordWrite;
+
 extern void record_open(void);
 extern void record_close(void);
+extern bool record_fetch(const IdemKey *key, IdemRecord *rec);
+extern RecordProbe record_probe(const IdemKey *key, bool wait,
+								IdemRecord *rec, bool *own);
+extern bool record_busy(const IdemKey *key);
+extern void record_unlock(const IdemKey *key);
 extern bool record_insert_claim(const IdemKey *key,
 								const IdemFingerprint *fp,
 								TimestampTz now, TimestampTz lease_expires_at,
 								TimestampTz expires_at, int32 *attempt);
-extern bool record_fetch(const IdemKey *key, bool latest, IdemRecord *rec);
-extern bool record_reclaim(const IdemKey *key, const IdemRecord *rec,
-						   TimestampTz now);
-extern bool record_finish(const IdemKey *key, bool has_attempt,
-						  int32 attempt, IdemState state, bool retryable,
-						  bool has_status, int32 status, bytea *body,
-						  Jsonb *headers, TimestampTz now,
-						  TimestampTz *expires_at,
-						  TimestampTz *lease_expires_at);
+extern RecordWrite record_reclaim(const IdemKey *key, const IdemRecord *rec,
+								  TimestampTz now, bool wait);
+extern RecordWrite record_finish(const IdemKey *key, IdemState state,
+								 bool retryable, bool has_status,
+								 int32 status, bytea *body, Jsonb *headers,
+								 TimestampTz now);
 extern List *record_purge_targets(bool *distributed);
 extern uint64 record_purge_batch(Oid target, TimestampTz now, int batch,
 								 TimestampTz *from);

@@ -3,13 +3,15 @@
  * keylock.c
  *	  A transaction-scoped lock per (tenant, endpoint, key).
  *
- * The unique index on idem_record decides who owns a key, but a unique
- * index can only say "another transaction is inserting this key" by making
- * the inserter wait for it.  A claim must answer in_progress at once
- * instead, so every transaction that writes a key's record first takes
- * this lock, and keeps it until it ends.  A claim that cannot have it
- * without waiting knows that another transaction is deciding or holding
- * that key.
+ * Used only on the SQL way into idem_record (record_sql.c: a table that
+ * Citus distributes).  There the unique index decides who owns a key, but
+ * SQL can only learn that another transaction is inserting the key by
+ * waiting for it.  A claim must answer in_progress at once instead, so on
+ * that way every transaction that writes a key's record first takes this
+ * lock, and keeps it until it ends.  A claim that cannot have it without
+ * waiting knows that another transaction is deciding or holding that key.
+ * (A local table needs no such lock: record.c sees the other transaction
+ * with a dirty snapshot.)
  *
  * The lock is an advisory lock in the lock manager, so it shows in
  * pg_locks, takes part in deadlock detection, obeys lock_timeout and is

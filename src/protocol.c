@@ -8,15 +8,18 @@
  * over its state, and asks record.c to write the outcome.  What makes two
  * concurrent claims of one key never both "claimed" is the unique index
  * (record_insert_claim); what makes a claim answer in_progress instead of
- * waiting for an uncommitted claim is the key lock (keylock.c), which every
- * transaction that writes a key's record takes first and keeps.
+ * waiting for an uncommitted claim is record_probe, which sees another
+ * transaction writing the key's record without waiting for it.  A write
+ * acts on the version that the probe found, and only if it is still the
+ * newest when record.c locks it: otherwise the protocol probes and decides
+ * again.
  *
  * A claim with wait => true that finds a committed pending claim waits
  * until it finishes (wait.c), then decides again over what it left.
  *
  * A finished record never changes until it expires, so a claim that finds
- * one replays it from its own snapshot, without the key lock and without
- * writing anything: a retry of a finished request costs one index look-up.
+ * one replays it from its own snapshot, without locking or writing
+ * anything: a retry of a finished request costs one index look-up.
  *
  * "Now" is the clock at the moment of each call (GetCurrentTimestamp), not
  * the start of the statement, transaction or CALL: a procedure that claims
@@ -124,18 +127,16 @@ same_version(bool found_a, const IdemRecord *a, bool found_b,
 }
 
 /*
- * Read the newest committed version of a key's record, which the caller may
- * act on because it holds the key lock.  Under REPEATABLE READ and
- * SERIALIZABLE the transaction's snapshot must show that same version (the
- * caller read it as *snap): anything the caller wrote or answered would
- * otherwise rest on a record its transaction cannot see.
+ * The caller is about to act on the newest version of a key's record (or
+ * on its absence).  Under REPEATABLE READ and SERIALIZABLE the
+ * transaction's snapshot must show that same version (the caller read it
+ * as *snap): anything the caller wrote or answered would otherwise rest on
+ * a record its transaction cannot see.
  */
-static bool
-fetch_locked(const IdemKey *key, bool have_snap, const IdemRecord *snap,
-			 IdemRecord *rec)
+static void
+check_version(const IdemKey *key, bool have_snap, const IdemRecord *snap,
+			  bool found, const IdemRecord *rec)
 {
-	bool		found = record_fetch(key, true, rec);
-
 	if (IsolationUsesXactSnapshot() &&
 		!same_version(have_snap, snap, found, rec))
 		ereport(ERROR,
@@ -144,7 +145,6 @@ fetch_locked(const IdemKey *key, bool have_snap, const IdemRecord *snap,
 						text_to_cstring(key->key)),
 				 errdetail("Another transaction changed the key's record after this transaction's snapshot was taken."),
 				 errhint("Retry the transaction.")));
-	return found;
 }
 
 static void
@@ -208,9 +208,8 @@ claim_expiry(TimestampTz now, Interval *retention,
 }
 
 /*
- * The answer when another transaction holds the key's lock (it is writing
- * the key's record, committed or not): what the snapshot shows of the
- * record, or in_progress without one.
+ * The answer when another transaction is writing the key's record: what
+ * the snapshot shows of the record, or in_progress without one.
  */
 static void
 answer_busy(const IdemFingerprint *fp, bool have_snap, const IdemRecord *snap,
@@ -230,9 +229,9 @@ answer_busy(const IdemFingerprint *fp, bool have_snap, const IdemRecord *snap,
 /*
  * Claim a key once, as of now.  The answer says whether the caller now owns
  * it ("claimed": execute, then finish it) or what to tell the client.  Only
- * a "claimed" answer leaves anything behind: the pending record and the key
- * lock, both gone if the transaction rolls back.  *own_claim tells whether
- * the record is this transaction's own (it held the key lock already).
+ * a "claimed" answer leaves anything behind: the pending record, gone if
+ * the transaction rolls back.  *own_claim tells whether the record is this
+ * transaction's own.
  */
 static void
 claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
@@ -264,7 +263,7 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 	record_open();
 
 	/* A finished record is final: replay it without locking anything. */
-	have_snap = record_fetch(key, false, &snap);
+	have_snap = record_fetch(key, &snap);
 	if (have_snap && !record_expired(&snap, now) && is_final(&snap))
 	{
 		answer_with(answer, settled_outcome(&snap, fp, now), &snap);
@@ -272,30 +271,33 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 		return;
 	}
 
-	if (!keylock_acquire(key, wait, own_claim))
-	{
-		/* another transaction is writing this key's record right now */
-		answer_busy(fp, have_snap, &snap, now, answer);
-		record_close();
-		return;
-	}
-
 	for (;;)
 	{
-		if (record_insert_claim(key, fp, now, lease_expires_at, expires_at,
-								&rec.attempt))
+		RecordProbe found;
+
+		CHECK_FOR_INTERRUPTS();
+		found = record_probe(key, wait, &rec, own_claim);
+
+		if (found == RECORD_BUSY)
 		{
-			rec.created_at = now;
-			rec.lease_expires_at = lease_expires_at;
-			rec.expires_at = expires_at;
-			answer_with(answer, IDEM_CLAIMED, &rec);
+			answer_busy(fp, have_snap, &snap, now, answer);
 			break;
 		}
+		if (found == RECORD_ABSENT)
+		{
+			if (record_insert_claim(key, fp, now, lease_expires_at,
+									expires_at, &rec.attempt))
+			{
+				rec.created_at = now;
+				rec.lease_expires_at = lease_expires_at;
+				rec.expires_at = expires_at;
+				answer_with(answer, IDEM_CLAIMED, &rec);
+				break;
+			}
+			continue;			/* another transaction inserted it first */
+		}
 
-		/* The key has a record.  Nobody else can write it: we hold the lock. */
-		if (!fetch_locked(key, have_snap, &snap, &rec))
-			continue;			/* purged since the insert: insert again */
-
+		check_version(key, have_snap, &snap, true, &rec);
 		if (record_expired(&rec, now))
 		{
 			/* forgotten: a first claim again, but fenced above the old one */
@@ -319,16 +321,23 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 
 		rec.lease_expires_at = lease_expires_at;
 		rec.expires_at = expires_at;
-		if (record_reclaim(key, &rec, now))
+		switch (record_reclaim(key, &rec, now, wait))
 		{
-			answer_with(answer, IDEM_CLAIMED, &rec);
-			break;
+			case RECORD_WRITTEN:
+				answer_with(answer, IDEM_CLAIMED, &rec);
+				break;
+			case RECORD_WRITE_BUSY:
+				answer_busy(fp, have_snap, &snap, now, answer);
+				break;
+			case RECORD_CHANGED:
+				continue;
 		}
+		break;
 	}
 
-	record_close();
 	if (answer->outcome != IDEM_CLAIMED)
-		keylock_release(key);
+		record_unlock(key);
+	record_close();
 }
 
 /*
@@ -414,11 +423,11 @@ protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 /*
  * What a claim would answer, without claiming and without writing: false
  * when a claim would execute (no live record, or one that failed retryably
- * or was released).  A key whose lock another transaction holds is
+ * or was released).  A key whose record another transaction is writing is
  * in_progress, as for a claim: that transaction may be inserting a claim
- * that no snapshot shows yet.  The lock is looked at, never taken.  On a
+ * that no snapshot shows yet.  Nothing is locked or waited for.  On a
  * standby (idem.standby_replay) no transaction of the primary can be seen
- * holding it, so there the answer rests on the records alone.
+ * writing, so there the answer rests on the records alone.
  */
 bool
 protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
@@ -427,6 +436,7 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 	TimestampTz now = GetCurrentTimestamp();
 	IdemRecord	rec;
 	bool		found;
+	bool		busy;
 	bool		recovery = RecoveryInProgress();
 
 	if (recovery && !idem_standby_replay)
@@ -437,7 +447,9 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 				 errhint("Ask the primary, or set idem.standby_replay to accept the lag.")));
 
 	record_open();
-	found = record_fetch(key, false, &rec);
+	found = record_fetch(key, &rec);
+	busy = !(found && !record_expired(&rec, now) && is_final(&rec)) &&
+		!recovery && record_busy(key);
 	record_close();
 
 	if (found && !record_expired(&rec, now) && is_final(&rec))
@@ -445,7 +457,7 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 		answer_with(answer, settled_outcome(&rec, fp, now), &rec);
 		return true;
 	}
-	if (!recovery && keylock_held_by_other(key))
+	if (busy)
 	{
 		answer_busy(fp, found, &rec, now, answer);
 		return true;
@@ -481,52 +493,53 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 	IdemRecord	snap;
 	IdemRecord	rec;
 	bool		have_snap = false;
-	TimestampTz expires_at;
-	TimestampTz lease_expires_at;
 
 	require_primary(function);
-	keylock_acquire(key, true, NULL);
 	record_open();
+	if (IsolationUsesXactSnapshot())
+		have_snap = record_fetch(key, &snap);
 
-	if (record_finish(key, has_attempt, attempt,
-					  how == IDEM_FINISH_COMPLETE ? IDEM_SUCCEEDED : IDEM_FAILED,
-					  how == IDEM_FINISH_FAIL_RETRYABLE || how == IDEM_FINISH_RELEASE,
-					  has_status, status, body, headers, now, &expires_at,
-					  &lease_expires_at))
+	for (;;)
 	{
-		/* an expired record is forgotten: the error undoes the update */
-		if (expires_at <= now && lease_expires_at <= now)
+		bool		found;
+
+		CHECK_FOR_INTERRUPTS();
+		found = record_probe(key, true, &rec, NULL) == RECORD_FOUND;
+
+		check_version(key, have_snap, &snap, found, &rec);
+		if (!found || record_expired(&rec, now))
 			report_not_pending(key, function,
 							   "The key has no live record.", 0);
-		record_close();
-		stats_count_finish(how);
-		wait_key_finished(key);
-		return true;
+		if (has_attempt && attempt != rec.attempt)
+			report_not_pending(key, function,
+							   "Attempt %d is not the key's current attempt.",
+							   attempt);
+		if (rec.state != IDEM_PENDING)
+		{
+			if (how == IDEM_FINISH_RELEASE &&
+				rec.state == IDEM_FAILED && rec.retryable)
+			{
+				/* nothing written: claims need not wait for this one */
+				record_unlock(key);
+				record_close();
+				return false;
+			}
+			report_not_pending(key, function,
+							   rec.state == IDEM_SUCCEEDED ?
+							   "The record of attempt %d has succeeded." :
+							   "The record of attempt %d has failed.",
+							   rec.attempt);
+		}
+		if (record_finish(key,
+						  how == IDEM_FINISH_COMPLETE ? IDEM_SUCCEEDED : IDEM_FAILED,
+						  how == IDEM_FINISH_FAIL_RETRYABLE || how == IDEM_FINISH_RELEASE,
+						  has_status, status, body, headers, now) == RECORD_WRITTEN)
+			break;
 	}
-
-	/* Nothing matched: find out why, to say so. */
-	if (IsolationUsesXactSnapshot())
-		have_snap = record_fetch(key, false, &snap);
-	if (!fetch_locked(key, have_snap, &snap, &rec) || record_expired(&rec, now))
-		report_not_pending(key, function,
-						   "The key has no live record.", 0);
-	if (has_attempt && attempt != rec.attempt)
-		report_not_pending(key, function,
-						   "Attempt %d is not the key's current attempt.",
-						   attempt);
-	if (how == IDEM_FINISH_RELEASE &&
-		rec.state == IDEM_FAILED && rec.retryable)
-	{
-		/* nothing written: claims need not wait for this transaction */
-		record_close();
-		keylock_release(key);
-		return false;
-	}
-	report_not_pending(key, function,
-					   rec.state == IDEM_SUCCEEDED ?
-					   "The record of attempt %d has succeeded." :
-					   "The record of attempt %d has failed.",
-					   rec.attempt);
+	record_close();
+	stats_count_finish(how);
+	wait_key_finished(key);
+	return true;
 }
 
 /* The operator listing: a tenant's records, newest state, no decision */
@@ -545,8 +558,7 @@ protocol_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
 /*
  * Forget a key, whatever its state: the next claim executes as a first
  * claim.  An operator's tool, for a record that must not be replayed.  It
- * takes the key lock like every writer, so it waits for a transaction that
- * is writing the key.
+ * waits for a transaction that is writing the key.
  */
 bool
 protocol_forget(const IdemKey *key)
@@ -554,13 +566,12 @@ protocol_forget(const IdemKey *key)
 	bool		forgotten;
 
 	require_primary("idem_forget()");
-	keylock_acquire(key, true, NULL);
 	record_open();
 	forgotten = record_forget(key);
-	record_close();
 	if (!forgotten)
-		keylock_release(key);
-	else
+		record_unlock(key);
+	record_close();
+	if (forgotten)
 		wait_key_finished(key);
 	return forgotten;
 }

@@ -1,808 +1,920 @@
 /*-------------------------------------------------------------------------
  *
  * record.c
- *	  The only code that knows idem_record's columns.
+ *	  The only code that knows idem_record's columns, with record_sql.c.
  *
- * Every statement is prepared once per backend through SPI and kept
- * (SPI_keepplan), so the planner sees the table and its indexes and no call
- * parses or plans anything.  Statements name the table with its schema and
- * compare with OPERATOR(pg_catalog.=), so nothing on a caller's search_path
- * can stand in for them.  The plans are dropped when the table's relcache
- * entry is invalidated (DROP EXTENSION, ALTER TABLE, ...) and prepared
- * again at the next call, in whatever schema the extension then lives.
+ * A local idem_record is read and written directly, the way core's
+ * logical replication apply and INSERT ... ON CONFLICT do it: no SPI, no
+ * plan, no per-key heavyweight lock.  The table, its unique key index and
+ * the fencing floor are opened by OIDs cached per backend and looked up
+ * again after a relcache invalidation of either table.
  *
- * Callers bracket their calls with record_open() and record_close(); values
- * read from the table are copied into the memory context that was current
- * at record_open().
+ * - A read (a replay, or a claim's first look) scans the unique index with
+ *   the active snapshot.
+ * - A probe scans it with a dirty snapshot, which shows a version that
+ *   another transaction is inserting, updating or deleting: a claim then
+ *   answers in_progress at once, or with wait waits for that transaction
+ *   (XactLockTableWait: lock_timeout, the deadlock detector and cancel
+ *   apply, and a prepared transaction is waited for until it is finished).
+ *   A version being deleted (a purge of an expired record, idem_forget) is
+ *   always waited for, as INSERT ... ON CONFLICT waits for it, except by
+ *   idem_replay, which never waits and answers from its snapshot.
+ * - A fresh claim inserts speculatively, as INSERT ... ON CONFLICT does: a
+ *   speculative heap insert, then the index entries with the unique index
+ *   as arbiter; if a concurrent insert of the same key won, the heap tuple
+ *   is killed (heap_abort_speculative) and the protocol probes again.  Two
+ *   claims can therefore never both insert a key, and neither waits for
+ *   the other's transaction (only, briefly, for the other's speculative
+ *   insertion, on one side only, as core's livelock rule says).
+ * - A re-claim and a finish lock the probed version (it must still be the
+ *   newest, else the protocol probes again) and update it.  A finish
+ *   changes no indexed column, so it is a HOT update when the page has room.
  *
- * On Citus, once idem_distribute() has distributed idem_record, the table
- * in the extension's schema is a shell that Citus routes each key's
- * statement through to the shard that holds the tenant, so those
- * statements stay as they are.  Only the purge, which spans all tenants,
- * cannot go through the shell: it runs on each node against the shard
- * placements that node holds (record_purge_targets).
+ * Nothing here deletes a record: the purge and idem_forget go through SQL
+ * (record_sql.c), so the AFTER DELETE trigger raises the fencing floor for
+ * every deletion.
+ *
+ * The table's CHECK constraints are not run by a heap insert: the values
+ * written are checked here first (record_check).
+ *
+ * A table that Citus distributes goes through SQL (record_sql.c) for every
+ * operation: on a coordinator the local table is an empty shell.  Which way
+ * a table goes is decided when its OIDs are looked up, so again after every
+ * relcache invalidation.
+ *
+ * Callers bracket their calls with record_open() and record_close();
+ * values read from the table are copied into the memory context that was
+ * current at record_open().
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
 #include "access/htup_details.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_type.h"
-#include "commands/extension.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/pg_am.h"
+#include "commands/defrem.h"
+#include "catalog/pg_collation.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
-#include "lib/stringinfo.h"
+#include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
-#include "utils/plancache.h"
-#include "utils/resowner.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 
-#include "idem.h"
+#include "record.h"
 
-typedef enum RecordPlan
+/* idem_record's columns, found by name when the table is looked up */
+typedef enum RecordColumn
 {
-	PLAN_INSERT,
-	PLAN_FLOOR,
-	PLAN_REFENCE,
-	PLAN_FETCH,
-	PLAN_RECLAIM,
-	PLAN_FINISH,
-	PLAN_PURGE,
-	PLAN_LIST,
-	PLAN_FORGET,
-	NUM_PLANS
-} RecordPlan;
+	C_TENANT,
+	C_ENDPOINT,
+	C_KEY,
+	C_STATE,
+	C_RETRYABLE,
+	C_FINGERPRINT,
+	C_STATUS,
+	C_BODY,
+	C_ATTEMPT,
+	C_CREATED_AT,
+	C_CLAIMED_AT,
+	C_LEASE_EXPIRES_AT,
+	C_FINISHED_AT,
+	C_EXPIRES_AT,
+	C_HEADERS,
+	NUM_COLUMNS
+} RecordColumn;
 
-/* The key columns' condition; $1..$3 are tenant, endpoint and key */
-#define KEY_MATCH \
-	" WHERE tenant OPERATOR(pg_catalog.=) $1" \
-	" AND endpoint OPERATOR(pg_catalog.=) $2" \
-	" AND key OPERATOR(pg_catalog.=) $3"
-
-/* A key's bucket in idem_attempt_floor, as its trigger computes it */
-#define FLOOR_MATCH \
-	" WHERE bucket OPERATOR(pg_catalog.=)" \
-	" (pg_catalog.hashtext($3) OPERATOR(pg_catalog.&) 4095)"
-
-/* Columns of PLAN_FETCH's result, in order */
-enum
-{
-	COL_STATE = 1,
-	COL_RETRYABLE,
-	COL_FINGERPRINT,
-	COL_STATUS,
-	COL_BODY,
-	COL_ATTEMPT,
-	COL_CREATED_AT,
-	COL_LEASE_EXPIRES_AT,
-	COL_EXPIRES_AT,
-	COL_HEADERS
+static const char *const column_names[NUM_COLUMNS] = {
+	[C_TENANT] = "tenant",
+	[C_ENDPOINT] = "endpoint",
+	[C_KEY] = "key",
+	[C_STATE] = "state",
+	[C_RETRYABLE] = "retryable",
+	[C_FINGERPRINT] = "fingerprint",
+	[C_STATUS] = "status",
+	[C_BODY] = "body",
+	[C_ATTEMPT] = "attempt",
+	[C_CREATED_AT] = "created_at",
+	[C_CLAIMED_AT] = "claimed_at",
+	[C_LEASE_EXPIRES_AT] = "lease_expires_at",
+	[C_FINISHED_AT] = "finished_at",
+	[C_EXPIRES_AT] = "expires_at",
+	[C_HEADERS] = "headers"
 };
 
-typedef struct PlanSpec
+/* The number of buckets of idem_attempt_floor, as its trigger hashes */
+#define FLOOR_BUCKETS	4096
+
+/* What this backend knows of the tables, until a relcache invalidation */
+typedef struct RecordTables
 {
-	const char *sql;			/* %1$s: idem_record, %2$s: idem_attempt_floor */
-	int			nargs;
-	Oid			argtypes[10];
-} PlanSpec;
+	bool		valid;
+	bool		distributed;	/* through SQL: record_sql.c */
+	Oid			record;
+	Oid			key_index;
+	Oid			floor;
+	Oid			floor_index;
+	Oid			owner;			/* idem_record's owner */
+	AttrNumber	attnum[NUM_COLUMNS];
+} RecordTables;
 
-static const PlanSpec plan_specs[NUM_PLANS] = {
-	[PLAN_INSERT] = {
-		/* the floor is read apart: Citus cannot plan it inside the INSERT */
-		"INSERT INTO %1$s (tenant, endpoint, key, state, fingerprint, attempt,"
-		" created_at, claimed_at, lease_expires_at, expires_at)"
-		" VALUES ($1, $2, $3, 'pending', $4, $8, $5, $5, $6, $7)"
-		" ON CONFLICT (tenant, endpoint, key) DO NOTHING",
-		8, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}
-	},
-	[PLAN_FLOOR] = {
-		/* %1$.0s: a format must use every argument before the last one */
-		"SELECT attempt FROM %2$s" FLOOR_MATCH "%1$.0s",
-		3, {TEXTOID, TEXTOID, TEXTOID}
-	},
-	[PLAN_REFENCE] = {
-		"UPDATE %1$s SET attempt = $4" KEY_MATCH,
-		4, {TEXTOID, TEXTOID, TEXTOID, INT4OID}
-	},
-	[PLAN_FETCH] = {
-		"SELECT state, retryable, fingerprint, status, body, attempt,"
-		" created_at, lease_expires_at, expires_at, headers FROM %s" KEY_MATCH,
-		3, {TEXTOID, TEXTOID, TEXTOID}
-	},
-	[PLAN_RECLAIM] = {
-		"UPDATE %s SET state = 'pending', retryable = false,"
-		" fingerprint = $4, status = NULL, body = NULL, headers = NULL,"
-		" attempt = $5,"
-		" created_at = $6, claimed_at = $7, lease_expires_at = $8,"
-		" finished_at = NULL, expires_at = $9" KEY_MATCH,
-		9, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-	},
-	[PLAN_FINISH] = {
-		"UPDATE %s SET state = $4, retryable = $5, status = $6, body = $7,"
-		" finished_at = $8, headers = $10" KEY_MATCH
-		" AND state OPERATOR(pg_catalog.=) 'pending'"
-		" AND ($9 IS NULL OR attempt OPERATOR(pg_catalog.=) $9)"
-		" RETURNING expires_at, lease_expires_at",
-		10, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
-		TIMESTAMPTZOID, INT4OID, JSONBOID}
-	},
-	[PLAN_PURGE] = {
-		"WITH deleted AS (DELETE FROM %1$s"
-		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"SELECT ctid FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
-		" AND expires_at OPERATOR(pg_catalog.>=) $3"
-		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
-		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
-		" AND expires_at OPERATOR(pg_catalog.<=) $1"
-		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
-		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
-		" RETURNING expires_at)"
-		" SELECT pg_catalog.count(*), pg_catalog.max(expires_at) FROM deleted",
-		3, {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID}
-	},
-	[PLAN_LIST] = {
-		"SELECT endpoint, key, state, retryable, status, attempt, created_at,"
-		" claimed_at, lease_expires_at, finished_at, expires_at,"
-		" CASE WHEN $3 THEN body END, CASE WHEN $3 THEN headers END FROM %s"
-		" WHERE tenant OPERATOR(pg_catalog.=) $1"
-		" AND ($2 IS NULL OR endpoint OPERATOR(pg_catalog.=) $2)"
-		" ORDER BY endpoint, key LIMIT $4",
-		4, {TEXTOID, TEXTOID, BOOLOID, INT4OID}
-	},
-	[PLAN_FORGET] = {
-		"DELETE FROM %s" KEY_MATCH,
-		3, {TEXTOID, TEXTOID, TEXTOID}
-	},
-};
-
-static const char *const state_names[] = {
-	[IDEM_PENDING] = "pending",
-	[IDEM_SUCCEEDED] = "succeeded",
-	[IDEM_FAILED] = "failed"
-};
-
-static SPIPlanPtr plans[NUM_PLANS];
-static bool plans_valid = false;
+static RecordTables tables;
 static bool callback_registered = false;
-static Oid	record_relid = InvalidOid;
-static Oid	record_owner = InvalidOid;
 
-/* The caller's user and security context during an open bracket */
-static Oid	caller_userid = InvalidOid;
-static int	caller_sec_context = 0;
-
-/* The caller's memory context during an open bracket */
-static MemoryContext caller_context = NULL;
-
-/* Column c of the first row that the last statement returned */
-static Datum
-first_row_column(int c, bool *isnull)
+/* One open bracket's state */
+typedef struct RecordAccess
 {
-	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c,
-						 isnull);
-}
+	MemoryContext caller;
+	Oid			caller_userid;
+	int			caller_sec_context;
+	Relation	rel;
+	Relation	key_index;
+	TupleTableSlot *slot;
+	/* for writing, set up at the first write */
+	EState	   *estate;
+	ResultRelInfo *rri;
+	/* the version that the last probe found */
+	ItemPointerData probed;
+} RecordAccess;
+
+static RecordAccess acc;
 
 static void
 record_invalidate(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == record_relid)
-		plans_valid = false;
+	if (relid == InvalidOid || relid == tables.record || relid == tables.floor)
+		tables.valid = false;
+}
+
+static Oid
+index_of(const char *name, Oid schema, Oid table)
+{
+	Oid			index = get_relname_relid(name, schema);
+
+	if (!OidIsValid(index) || IndexGetRelation(index, true) != table)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("index \"%s\" of extension \"idem\" does not exist in this database",
+						name)));
+	return index;
 }
 
 /*
- * The schema the extension lives in, wherever the DBA put it; InvalidOid if
- * the extension is not installed in this database.
+ * Find the extension's tables, their indexes and idem_record's columns,
+ * and decide which way the table is reached.  Refuses a table that is not
+ * stored by the heap access method: the direct path reads heap tuples.
  */
-static Oid
-extension_schema(void)
-{
-	Oid			argtypes[1] = {NAMEOID};
-	Datum		values[1] = {CStringGetDatum("idem")};
-	bool		isnull;
-	int			rc;
-
-	rc = SPI_execute_with_args("SELECT extnamespace FROM pg_catalog.pg_extension"
-							   " WHERE extname OPERATOR(pg_catalog.=) $1",
-							   1, argtypes, values, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed: %s",
-			 SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return InvalidOid;
-	return DatumGetObjectId(first_row_column(1, &isnull));
-}
-
-static Oid
-table_owner(Oid relid)
-{
-	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-	return owner;
-}
-
-/* Prepare every statement against the extension's idem_record. */
 static void
-prepare_plans(void)
+look_up_tables(void)
 {
 	Oid			schema;
-	char	   *qualified;
-	char	   *qualified_floor;
-	int			nestlevel;
-
-	for (int i = 0; i < NUM_PLANS; i++)
-	{
-		if (plans[i] != NULL)
-			SPI_freeplan(plans[i]);
-		plans[i] = NULL;
-	}
-
-	schema = extension_schema();
-	record_relid = OidIsValid(schema) ?
-		get_relname_relid("idem_record", schema) : InvalidOid;
-	if (!OidIsValid(record_relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
-	record_owner = table_owner(record_relid);
-	qualified = quote_qualified_identifier(get_namespace_name(schema),
-										   "idem_record");
-	qualified_floor = quote_qualified_identifier(get_namespace_name(schema),
-												 "idem_attempt_floor");
-
-	/*
-	 * Every statement finds its rows through an index, however few rows the
-	 * table has when it is planned: a plan made while the table is empty
-	 * (just created, or truncated by VACUUM after a purge) would otherwise
-	 * scan it sequentially, and keep doing so, ever slower, as it fills.  So
-	 * each statement gets one generic plan, made now with sequential scans
-	 * disabled, and made again only after the table's relcache entry is
-	 * invalidated.
-	 */
-	nestlevel = NewGUCNestLevel();
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	for (int i = 0; i < NUM_PLANS; i++)
-	{
-		StringInfoData sql;
-		SPIPlanPtr	plan;
-		CachedPlan *cplan;
-
-		initStringInfo(&sql);
-		appendStringInfo(&sql, plan_specs[i].sql, qualified, qualified_floor);
-		plan = SPI_prepare_cursor(sql.data, plan_specs[i].nargs,
-								  (Oid *) plan_specs[i].argtypes,
-								  CURSOR_OPT_GENERIC_PLAN);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 sql.data, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		cplan = SPI_plan_get_cached_plan(plan);
-		ReleaseCachedPlan(cplan, CurrentResourceOwner);
-		plans[i] = plan;
-		pfree(sql.data);
-	}
-	AtEOXact_GUC(true, nestlevel);
-	plans_valid = true;
-}
-
-/*
- * The API functions run as their caller, so that the tenant binding sees
- * who calls; only the table is the extension owner's.  Between
- * record_open() and record_close() the statements run as the table's owner,
- * the way core's foreign key triggers switch to a table's owner: an error
- * in between restores the caller's user with the (sub)transaction's abort.
- */
-void
-record_open(void)
-{
-	caller_context = CurrentMemoryContext;
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	Relation	rel;
+	TupleDesc	desc;
 
 	if (!callback_registered)
 	{
 		CacheRegisterRelcacheCallback(record_invalidate, (Datum) 0);
 		callback_registered = true;
 	}
-	if (!plans_valid)
-		prepare_plans();
-	GetUserIdAndSecContext(&caller_userid, &caller_sec_context);
-	SetUserIdAndSecContext(record_owner,
-						   caller_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	schema = sql_extension_schema();
+	tables.record = OidIsValid(schema) ?
+		get_relname_relid("idem_record", schema) : InvalidOid;
+	if (!OidIsValid(tables.record))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
+	tables.distributed = sql_distributed(tables.record);
+	SPI_finish();
+
+	tables.floor = get_relname_relid("idem_attempt_floor", schema);
+	if (!OidIsValid(tables.floor))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"idem_attempt_floor\" of extension \"idem\" does not exist in this database")));
+	tables.key_index = index_of("idem_record_key", schema, tables.record);
+	tables.floor_index = index_of("idem_attempt_floor_pkey", schema,
+								  tables.floor);
+
+	rel = table_open(tables.record, AccessShareLock);
+	if (!tables.distributed && rel->rd_rel->relam != HEAP_TABLE_AM_OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("table \"idem_record\" must use the heap access method"),
+				 errdetail("It uses access method \"%s\".",
+						   get_am_name(rel->rd_rel->relam))));
+	tables.owner = rel->rd_rel->relowner;
+	desc = RelationGetDescr(rel);
+	for (int c = 0; c < NUM_COLUMNS; c++)
+	{
+		tables.attnum[c] = InvalidAttrNumber;
+		for (int i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+
+			if (!att->attisdropped &&
+				strcmp(NameStr(att->attname), column_names[c]) == 0)
+				tables.attnum[c] = att->attnum;
+		}
+		if (tables.attnum[c] == InvalidAttrNumber)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_COLUMN),
+					 errmsg("column \"%s\" of table \"idem_record\" does not exist",
+							column_names[c])));
+	}
+	table_close(rel, AccessShareLock);
+	tables.valid = true;
+}
+
+/*
+ * Start a bracket of calls.  The table and its key index are opened with
+ * AccessShareLock (a replay on a standby can take no stronger lock); the
+ * first write takes RowExclusiveLock.
+ *
+ * The API functions run as their caller, so that the tenant binding sees
+ * who calls; only the table is the extension owner's.  Between
+ * record_open() and record_close() idem runs as the table's owner (for the
+ * SQL statements: direct access checks no privileges), the way core's
+ * foreign key triggers switch to a table's owner: an error in between
+ * restores the caller's user with the (sub)transaction's abort.
+ */
+void
+record_open(void)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	Oid			userid;
+	int			sec_context;
+
+	if (!tables.valid)
+		look_up_tables();
+	GetUserIdAndSecContext(&userid, &sec_context);
+	SetUserIdAndSecContext(tables.owner,
+						   sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	memset(&acc, 0, sizeof(acc));
+	acc.caller = caller;
+	acc.caller_userid = userid;
+	acc.caller_sec_context = sec_context;
+	if (tables.distributed)
+	{
+		sql_open(caller);
+		return;
+	}
+	acc.rel = table_open(tables.record, AccessShareLock);
+	acc.key_index = index_open(tables.key_index, AccessShareLock);
+	acc.slot = table_slot_create(acc.rel, NULL);
 }
 
 void
 record_close(void)
 {
-	SetUserIdAndSecContext(caller_userid, caller_sec_context);
-	SPI_finish();
-	caller_context = NULL;
+	if (tables.distributed)
+		sql_close();
+	else
+	{
+		if (acc.estate != NULL)
+		{
+			ExecCloseIndices(acc.rri);
+			FreeExecutorState(acc.estate);
+		}
+		ExecDropSingleTupleTableSlot(acc.slot);
+		index_close(acc.key_index, NoLock);
+		table_close(acc.rel, NoLock);
+	}
+	SetUserIdAndSecContext(acc.caller_userid, acc.caller_sec_context);
+	memset(&acc, 0, sizeof(acc));
 }
 
-static int
-run_plan(RecordPlan which, Datum *values, const char *nulls, long tcount)
+/*
+ * Set up for writing: RowExclusiveLock on the table and its indexes, and
+ * the executor state that maintaining the indexes needs.
+ */
+static void
+prepare_write(void)
 {
-	int			rc = SPI_execute_plan(plans[which], values, nulls, false, tcount);
+	if (acc.estate != NULL)
+		return;
+	LockRelationOid(tables.record, RowExclusiveLock);
+	acc.estate = CreateExecutorState();
+	acc.rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(acc.rri, acc.rel, 0, NULL, 0);
+	ExecOpenIndices(acc.rri, true);
+}
 
-	if (rc < 0)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	return rc;
+/* The scan keys of a key: equality of the three columns, in "C" */
+static void
+key_scankeys(const IdemKey *key, ScanKeyData *skeys)
+{
+	const text *parts[3] = {key->tenant, key->endpoint, key->key};
+
+	for (int i = 0; i < 3; i++)
+		ScanKeyEntryInitialize(&skeys[i], 0, i + 1, BTEqualStrategyNumber,
+							   InvalidOid, C_COLLATION_OID, F_TEXTEQ,
+							   PointerGetDatum(parts[i]));
+}
+
+/* Copy the record in acc.slot into rec */
+static void
+deform_record(IdemRecord *rec)
+{
+	TupleTableSlot *slot = acc.slot;
+	bool		isnull;
+	Datum		d;
+	char	   *state;
+	MemoryContext old;
+
+#define COLUMN(c) slot_getattr(slot, tables.attnum[c], &isnull)
+
+	state = TextDatumGetCString(COLUMN(C_STATE));
+	if (strcmp(state, record_state_names[IDEM_PENDING]) == 0)
+		rec->state = IDEM_PENDING;
+	else if (strcmp(state, record_state_names[IDEM_SUCCEEDED]) == 0)
+		rec->state = IDEM_SUCCEEDED;
+	else if (strcmp(state, record_state_names[IDEM_FAILED]) == 0)
+		rec->state = IDEM_FAILED;
+	else
+		elog(ERROR, "idem_record has an unknown state \"%s\"", state);
+	rec->retryable = DatumGetBool(COLUMN(C_RETRYABLE));
+
+	d = COLUMN(C_FINGERPRINT);
+	rec->fingerprint.present = !isnull;
+	if (!isnull)
+		memcpy(rec->fingerprint.digest, VARDATA_ANY(DatumGetByteaPP(d)),
+			   IDEM_FINGERPRINT_LEN);
+
+	d = COLUMN(C_STATUS);
+	rec->has_status = !isnull;
+	rec->status = isnull ? 0 : DatumGetInt32(d);
+
+	d = COLUMN(C_BODY);
+	old = MemoryContextSwitchTo(acc.caller);
+	rec->body = isnull ? NULL : DatumGetByteaPCopy(d);
+	MemoryContextSwitchTo(old);
+
+	d = COLUMN(C_HEADERS);
+	old = MemoryContextSwitchTo(acc.caller);
+	rec->headers = isnull ? NULL : DatumGetJsonbPCopy(d);
+	MemoryContextSwitchTo(old);
+
+	rec->attempt = DatumGetInt32(COLUMN(C_ATTEMPT));
+	rec->created_at = DatumGetTimestampTz(COLUMN(C_CREATED_AT));
+	rec->lease_expires_at = DatumGetTimestampTz(COLUMN(C_LEASE_EXPIRES_AT));
+	rec->expires_at = DatumGetTimestampTz(COLUMN(C_EXPIRES_AT));
+#undef COLUMN
+}
+
+/*
+ * Read the key's record as the active snapshot shows it into rec; false if
+ * there is none.  A read-only look-up: no new snapshot, nothing written.
+ */
+bool
+record_fetch(const IdemKey *key, IdemRecord *rec)
+{
+	ScanKeyData skeys[3];
+	IndexScanDesc scan;
+	bool		found;
+
+	if (tables.distributed)
+		return sql_fetch(key, false, rec);
+
+	key_scankeys(key, skeys);
+	scan = idem_index_beginscan(acc.rel, acc.key_index,
+								GetActiveSnapshot(), 3);
+	index_rescan(scan, skeys, 3, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, acc.slot);
+	index_endscan(scan);
+	if (found)
+		deform_record(rec);
+	return found;
+}
+
+/*
+ * Look the key up with a dirty snapshot.  Returns RECORD_BUSY (and sets
+ * *busy) if another transaction is inserting, updating or deleting the
+ * key's record; with wait, or for a deletion, it waits for that
+ * transaction and looks again instead.  A read_only probe never waits, and
+ * a version being deleted does not make the key busy for it.  Otherwise the slot holds the
+ * newest version, which this transaction may act on if it still is the
+ * newest when it locks it.
+ *
+ * The first version the scan returns decides: the unique index lets a
+ * second one of the key exist only while another transaction is writing
+ * it, and then either one shows that transaction.
+ */
+static RecordProbe
+probe(const IdemKey *key, bool wait, bool read_only, bool *busy)
+{
+	ScanKeyData skeys[3];
+	SnapshotData dirty;
+
+	*busy = false;
+	key_scankeys(key, skeys);
+	InitDirtySnapshot(dirty);
+	for (;;)
+	{
+		IndexScanDesc scan;
+		TransactionId xwait;
+		ItemPointerData tid;
+		bool		deleting;
+
+		scan = idem_index_beginscan(acc.rel, acc.key_index, &dirty, 3);
+		index_rescan(scan, skeys, 3, NULL, 0);
+		if (!index_getnext_slot(scan, ForwardScanDirection, acc.slot))
+		{
+			index_endscan(scan);
+			return RECORD_ABSENT;
+		}
+		index_endscan(scan);
+		tid = acc.slot->tts_tid;
+		xwait = TransactionIdIsValid(dirty.xmin) ? dirty.xmin : dirty.xmax;
+		if (!TransactionIdIsValid(xwait))
+		{
+			acc.probed = tid;
+			return RECORD_FOUND;
+		}
+
+		/* a version that another transaction deleted points to itself */
+		if (TransactionIdIsValid(dirty.xmin))
+			deleting = false;
+		else
+		{
+			HeapTuple	tuple = ExecFetchSlotHeapTuple(acc.slot, false,
+													   NULL);
+
+			deleting = ItemPointerEquals(&tuple->t_self,
+										 &tuple->t_data->t_ctid);
+		}
+		if (read_only)
+		{
+			*busy = !deleting;
+			return RECORD_BUSY;
+		}
+		*busy = true;
+		if (!wait && !deleting)
+			return RECORD_BUSY;
+		XactLockTableWait(xwait, acc.rel, &tid, XLTW_InsertIndex);
+	}
+}
+
+/*
+ * What another transaction leaves of the key's record: RECORD_ABSENT,
+ * RECORD_BUSY while another transaction writes it (with wait: until it
+ * ends), or RECORD_FOUND with the newest version in rec; *own (if not
+ * NULL) tells whether this transaction wrote that version.  With the SQL
+ * way, the key's lock is taken too; record_unlock gives it back.
+ */
+RecordProbe
+record_probe(const IdemKey *key, bool wait, IdemRecord *rec, bool *own)
+{
+	RecordProbe result;
+	bool		busy;
+
+	if (tables.distributed)
+		return sql_probe(key, wait, rec, own);
+	result = probe(key, wait, false, &busy);
+	if (own != NULL)
+		*own = false;
+	if (result == RECORD_FOUND)
+	{
+		HeapTuple	tuple = ExecFetchSlotHeapTuple(acc.slot, false, NULL);
+
+		if (own != NULL)
+			*own = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data));
+		deform_record(rec);
+	}
+	return result;
+}
+
+/*
+ * Whether another transaction is inserting or updating the key's record,
+ * asked without waiting and without locking anything (idem_replay).  A
+ * record being deleted is not busy: the caller's snapshot decides.
+ */
+bool
+record_busy(const IdemKey *key)
+{
+	bool		busy;
+
+	if (tables.distributed)
+		return sql_busy(key);
+	(void) probe(key, false, true, &busy);
+	return busy;
+}
+
+/* Give back what record_probe took when nothing was written */
+void
+record_unlock(const IdemKey *key)
+{
+	if (tables.distributed)
+		sql_unlock(key);
+}
+
+/*
+ * The table's CHECK constraints, which a heap insert or update does not
+ * run, over the values about to be written.
+ */
+static void
+record_check(const Datum *values, const bool *nulls)
+{
+	const char *failed = NULL;
+
+	if (nulls[tables.attnum[C_ATTEMPT] - 1] ||
+		DatumGetInt32(values[tables.attnum[C_ATTEMPT] - 1]) < 1)
+		failed = "idem_record_attempt_check";
+	else if (!nulls[tables.attnum[C_STATUS] - 1] &&
+			 (DatumGetInt32(values[tables.attnum[C_STATUS] - 1]) < 100 ||
+			  DatumGetInt32(values[tables.attnum[C_STATUS] - 1]) > 599))
+		failed = "idem_record_status_check";
+	else if (!nulls[tables.attnum[C_FINGERPRINT] - 1] &&
+			 VARSIZE_ANY_EXHDR(DatumGetPointer(values[tables.attnum[C_FINGERPRINT] - 1])) != IDEM_FINGERPRINT_LEN)
+		failed = "idem_record_fingerprint_check";
+	if (failed != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("new row for relation \"idem_record\" violates check constraint \"%s\"",
+						failed)));
+}
+
+/* Store a value in a row being built */
+static void
+set_column(Datum *values, bool *nulls, RecordColumn c, Datum value,
+		   bool isnull)
+{
+	values[tables.attnum[c] - 1] = value;
+	nulls[tables.attnum[c] - 1] = isnull;
 }
 
 static Datum
-fingerprint_datum(const IdemFingerprint *fp, char *null)
+fingerprint_datum(const IdemFingerprint *fp)
 {
-	bytea	   *b;
+	bytea	   *b = (bytea *) palloc(VARHDRSZ + IDEM_FINGERPRINT_LEN);
 
-	if (!fp->present)
-	{
-		*null = 'n';
-		return (Datum) 0;
-	}
-	b = (bytea *) palloc(VARHDRSZ + IDEM_FINGERPRINT_LEN);
 	SET_VARSIZE(b, VARHDRSZ + IDEM_FINGERPRINT_LEN);
 	memcpy(VARDATA(b), fp->digest, IDEM_FINGERPRINT_LEN);
-	*null = ' ';
 	return PointerGetDatum(b);
 }
 
-static void
-key_datums(const IdemKey *key, Datum *values, char *nulls)
-{
-	values[0] = PointerGetDatum(key->tenant);
-	values[1] = PointerGetDatum(key->endpoint);
-	values[2] = PointerGetDatum(key->key);
-	nulls[0] = nulls[1] = nulls[2] = ' ';
-}
-
 /*
- * Run a read-only look-up of at most one row; false if it found none.
- * Without latest, with the calling statement's snapshot (no new snapshot,
- * no command counter increment); with latest, the newest committed state,
- * even under REPEATABLE READ.
- */
-static bool
-run_lookup(RecordPlan which, Datum *values, const char *nulls, bool latest)
-{
-	int			rc;
-
-	if (latest)
-		rc = SPI_execute_snapshot(plans[which], values, nulls,
-								  GetLatestSnapshot(), InvalidSnapshot,
-								  false, false, 1);
-	else
-		rc = SPI_execute_plan(plans[which], values, nulls, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	return SPI_processed > 0;
-}
-
-/*
- * The fencing floor of the key's bucket (0 when it has none), as the
- * statement's snapshot shows it, or with latest, as the newest committed
- * state shows it: a purge that committed since this statement began may
- * have raised it.
+ * The fencing floor of the key's bucket (0 if none), as the newest
+ * committed state shows it.
  */
 static int32
-read_floor(Datum *values, const char *nulls, bool latest)
+attempt_floor(const IdemKey *key)
 {
-	bool		isnull;
+	int32		bucket;
+	Relation	floor;
+	Relation	index;
+	ScanKeyData skey;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	Snapshot	snapshot;
+	int32		result = 0;
 
-	if (!run_lookup(PLAN_FLOOR, values, nulls, latest))
-		return 0;
-	return DatumGetInt32(first_row_column(1, &isnull));
+	bucket = DatumGetInt32(DirectFunctionCall1Coll(hashtext, C_COLLATION_OID,
+												   PointerGetDatum(key->key)))
+		& (FLOOR_BUCKETS - 1);
+	floor = table_open(tables.floor, AccessShareLock);
+	index = index_open(tables.floor_index, AccessShareLock);
+	slot = table_slot_create(floor, NULL);
+	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(bucket));
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan = idem_index_beginscan(floor, index, snapshot, 1);
+	index_rescan(scan, &skey, 1, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+
+		result = DatumGetInt32(slot_getattr(slot, 2, &isnull));
+	}
+	index_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(floor, NoLock);
+	return result;
 }
 
 /*
- * Insert a fresh pending claim; false if the key already has a record.  The
- * unique index alone decides.  *attempt is the new claim's attempt: one more
- * than the floor of the key's bucket, which the deletion of every earlier
- * record of the key raised.
+ * Replace the version at tid (locked by this transaction, or inserted by
+ * it) with the row in values, and give it index entries if it is not a
+ * HOT update.
+ */
+static void
+update_row(ItemPointer tid, Datum *values, bool *nulls)
+{
+	TupleTableSlot *slot = acc.slot;
+	bool		only_summarizing;
+
+	record_check(values, nulls);
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, values, slot->tts_tupleDescriptor->natts * sizeof(Datum));
+	memcpy(slot->tts_isnull, nulls, slot->tts_tupleDescriptor->natts * sizeof(bool));
+	ExecStoreVirtualTuple(slot);
+	if (idem_simple_update(acc.rel, tid, slot, GetActiveSnapshot(),
+						   &only_summarizing))
+		idem_insert_index_tuples(acc.rri, acc.estate, slot, false,
+								 only_summarizing, NULL, NIL);
+	CommandCounterIncrement();
+}
+
+/*
+ * Insert a fresh pending claim; false if a concurrent transaction inserted
+ * the key first (the caller probes again).  *attempt is the new claim's
+ * attempt: one more than the fencing floor of the key's bucket.
  *
- * The floor is read twice.  The insert reads it with its own snapshot; but
- * if a concurrent purge was deleting the key's old record, the insert waits
- * for it at the unique index and then inserts, with a floor read before
- * that purge's raise committed.  So once inserted, the claim reads the
- * newest committed floor and, if it caught up, moves its attempt above it.
+ * The floor is read twice.  Once before the insert, to write the right
+ * attempt at once.  And once the insert has won: the unique index then
+ * made sure that every earlier version of the key was deleted by a
+ * committed transaction, whose raise of the floor the second read sees;
+ * if it caught up with the attempt, the attempt moves above it.
  */
 bool
 record_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
 					TimestampTz now, TimestampTz lease_expires_at,
 					TimestampTz expires_at, int32 *attempt)
 {
-	Datum		values[8];
-	char		nulls[8];
+	TupleTableSlot *slot = acc.slot;
+	int			natts;
+	Datum	   *values;
+	bool	   *nulls;
+	uint32		token;
+	bool		conflict = false;
 	int32		floor;
 
-	key_datums(key, values, nulls);
-	values[3] = fingerprint_datum(fp, &nulls[3]);
-	values[4] = TimestampTzGetDatum(now);
-	values[5] = TimestampTzGetDatum(lease_expires_at);
-	values[6] = TimestampTzGetDatum(expires_at);
-	*attempt = read_floor(values, nulls, false) + 1;
-	values[7] = Int32GetDatum(*attempt);
-	nulls[4] = nulls[5] = nulls[6] = nulls[7] = ' ';
+	if (tables.distributed)
+		return sql_insert_claim(key, fp, now, lease_expires_at, expires_at,
+								attempt);
 
-	run_plan(PLAN_INSERT, values, nulls, 0);
-	if (SPI_processed != 1)
+	prepare_write();
+	natts = RelationGetDescr(acc.rel)->natts;
+	values = palloc0(natts * sizeof(Datum));
+	nulls = palloc(natts * sizeof(bool));
+	memset(nulls, true, natts * sizeof(bool));
+
+	*attempt = attempt_floor(key) + 1;
+	set_column(values, nulls, C_TENANT, PointerGetDatum(key->tenant), false);
+	set_column(values, nulls, C_ENDPOINT, PointerGetDatum(key->endpoint),
+			   false);
+	set_column(values, nulls, C_KEY, PointerGetDatum(key->key), false);
+	set_column(values, nulls, C_STATE,
+			   CStringGetTextDatum(record_state_names[IDEM_PENDING]), false);
+	set_column(values, nulls, C_RETRYABLE, BoolGetDatum(false), false);
+	if (fp->present)
+		set_column(values, nulls, C_FINGERPRINT, fingerprint_datum(fp), false);
+	set_column(values, nulls, C_ATTEMPT, Int32GetDatum(*attempt), false);
+	set_column(values, nulls, C_CREATED_AT, TimestampTzGetDatum(now), false);
+	set_column(values, nulls, C_CLAIMED_AT, TimestampTzGetDatum(now), false);
+	set_column(values, nulls, C_LEASE_EXPIRES_AT,
+			   TimestampTzGetDatum(lease_expires_at), false);
+	set_column(values, nulls, C_EXPIRES_AT, TimestampTzGetDatum(expires_at),
+			   false);
+	record_check(values, nulls);
+
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, values, natts * sizeof(Datum));
+	memcpy(slot->tts_isnull, nulls, natts * sizeof(bool));
+	ExecStoreVirtualTuple(slot);
+
+	token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+	table_tuple_insert_speculative(acc.rel, slot,
+								   GetCurrentCommandId(true), 0, NULL, token);
+	idem_insert_index_tuples(acc.rri, acc.estate, slot, true, false,
+							 &conflict, list_make1_oid(tables.key_index));
+	table_tuple_complete_speculative(acc.rel, slot, token, !conflict);
+	SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+	if (conflict)
 		return false;
+	CommandCounterIncrement();
 
-	floor = read_floor(values, nulls, true);
+	floor = attempt_floor(key);
 	if (floor >= *attempt)
 	{
+		ItemPointerData tid = slot->tts_tid;
+
 		*attempt = floor + 1;
-		values[3] = Int32GetDatum(*attempt);
-		nulls[3] = ' ';
-		run_plan(PLAN_REFENCE, values, nulls, 0);
+		set_column(values, nulls, C_ATTEMPT, Int32GetDatum(*attempt), false);
+		update_row(&tid, values, nulls);
 	}
 	return true;
 }
 
-static IdemState
-state_from_text(text *t)
+/*
+ * Lock the version that the last probe found, and read it into the slot:
+ * RECORD_CHANGED if it is no longer the newest (the caller probes again),
+ * RECORD_WRITE_BUSY if another transaction holds it and wait is false.
+ */
+static RecordWrite
+lock_probed(bool wait)
 {
-	char	   *s = text_to_cstring(t);
+	TM_FailureData tmfd;
+	TM_Result	result;
 
-	for (size_t i = 0; i < lengthof(state_names); i++)
-		if (strcmp(s, state_names[i]) == 0)
-			return (IdemState) i;
-	elog(ERROR, "idem_record has an unknown state \"%s\"", s);
+	prepare_write();
+	result = table_tuple_lock(acc.rel, &acc.probed, GetLatestSnapshot(),
+							  acc.slot, GetCurrentCommandId(false),
+							  LockTupleNoKeyExclusive,
+							  wait ? LockWaitBlock : LockWaitSkip, 0, &tmfd);
+	switch (result)
+	{
+		case TM_Ok:
+			return RECORD_WRITTEN;
+		case TM_WouldBlock:
+			return RECORD_WRITE_BUSY;
+		case TM_Updated:
+		case TM_Deleted:
+		case TM_SelfModified:
+			return RECORD_CHANGED;
+		default:
+			elog(ERROR, "unexpected table_tuple_lock status: %u", result);
+	}
 	pg_unreachable();
 }
 
-/*
- * Read the key's record into rec; false if there is none.  Without latest,
- * the record as the calling statement's snapshot shows it (a read-only
- * look-up: no new snapshot, no command counter increment).  With latest,
- * the newest committed version, even under REPEATABLE READ, so that the
- * caller can compare it with what its transaction snapshot shows.
- */
-bool
-record_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
+/* The row in the slot, to be changed and written back */
+static void
+slot_row(Datum **values, bool **nulls)
 {
-	Datum		values[3];
-	char		nulls[3];
-	bool		isnull;
-	Datum		d;
+	int			natts = acc.slot->tts_tupleDescriptor->natts;
 
-	key_datums(key, values, nulls);
-	if (!run_lookup(PLAN_FETCH, values, nulls, latest))
-		return false;
+	slot_getallattrs(acc.slot);
+	*values = palloc(natts * sizeof(Datum));
+	*nulls = palloc(natts * sizeof(bool));
+	memcpy(*values, acc.slot->tts_values, natts * sizeof(Datum));
+	memcpy(*nulls, acc.slot->tts_isnull, natts * sizeof(bool));
+}
 
-	rec->state = state_from_text(DatumGetTextPP(first_row_column(COL_STATE,
-																  &isnull)));
-	rec->retryable = DatumGetBool(first_row_column(COL_RETRYABLE, &isnull));
+/*
+ * Turn the key's record, as the last probe found it, into the pending
+ * claim described by rec.  RECORD_CHANGED if another transaction changed
+ * it since; RECORD_WRITE_BUSY if one holds it and wait is false.
+ */
+RecordWrite
+record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now,
+			   bool wait)
+{
+	RecordWrite result;
+	Datum	   *values;
+	bool	   *nulls;
+	ItemPointerData tid;
 
-	d = first_row_column(COL_FINGERPRINT, &isnull);
-	rec->fingerprint.present = !isnull;
-	if (!isnull)
-		memcpy(rec->fingerprint.digest, VARDATA_ANY(DatumGetByteaPP(d)),
-			   IDEM_FINGERPRINT_LEN);
-
-	d = first_row_column(COL_STATUS, &isnull);
-	rec->has_status = !isnull;
-	rec->status = isnull ? 0 : DatumGetInt32(d);
-
-	d = first_row_column(COL_BODY, &isnull);
-	if (isnull)
-		rec->body = NULL;
-	else
+	if (tables.distributed)
 	{
-		MemoryContext old = MemoryContextSwitchTo(caller_context);
-
-		rec->body = DatumGetByteaPCopy(d);
-		MemoryContextSwitchTo(old);
+		sql_reclaim(key, rec, now);
+		return RECORD_WRITTEN;
 	}
 
-	d = first_row_column(COL_HEADERS, &isnull);
-	if (isnull)
-		rec->headers = NULL;
-	else
-	{
-		MemoryContext old = MemoryContextSwitchTo(caller_context);
+	result = lock_probed(wait);
+	if (result != RECORD_WRITTEN)
+		return result;
+	tid = acc.probed;
+	slot_row(&values, &nulls);
+	set_column(values, nulls, C_STATE,
+			   CStringGetTextDatum(record_state_names[IDEM_PENDING]), false);
+	set_column(values, nulls, C_RETRYABLE, BoolGetDatum(false), false);
+	set_column(values, nulls, C_FINGERPRINT,
+			   rec->fingerprint.present ?
+			   fingerprint_datum(&rec->fingerprint) : (Datum) 0,
+			   !rec->fingerprint.present);
+	set_column(values, nulls, C_STATUS, (Datum) 0, true);
+	set_column(values, nulls, C_BODY, (Datum) 0, true);
+	set_column(values, nulls, C_HEADERS, (Datum) 0, true);
+	set_column(values, nulls, C_ATTEMPT, Int32GetDatum(rec->attempt), false);
+	set_column(values, nulls, C_CREATED_AT,
+			   TimestampTzGetDatum(rec->created_at), false);
+	set_column(values, nulls, C_CLAIMED_AT, TimestampTzGetDatum(now), false);
+	set_column(values, nulls, C_LEASE_EXPIRES_AT,
+			   TimestampTzGetDatum(rec->lease_expires_at), false);
+	set_column(values, nulls, C_FINISHED_AT, (Datum) 0, true);
+	set_column(values, nulls, C_EXPIRES_AT,
+			   TimestampTzGetDatum(rec->expires_at), false);
+	update_row(&tid, values, nulls);
+	return RECORD_WRITTEN;
+}
 
-		rec->headers = DatumGetJsonbPCopy(d);
-		MemoryContextSwitchTo(old);
+/*
+ * Store how the key's pending claim, as the last probe found it, ended
+ * (its status, body and headers);
+ * waits for a transaction that holds it.  RECORD_CHANGED if another
+ * transaction changed it since.  Only non-indexed columns change: a HOT
+ * update when the page has room.
+ */
+RecordWrite
+record_finish(const IdemKey *key, IdemState state, bool retryable,
+			  bool has_status, int32 status, bytea *body, Jsonb *headers,
+			  TimestampTz now)
+{
+	RecordWrite result;
+	Datum	   *values;
+	bool	   *nulls;
+	ItemPointerData tid;
+
+	if (tables.distributed)
+	{
+		sql_finish(key, state, retryable, has_status, status, body, headers,
+				   now);
+		return RECORD_WRITTEN;
 	}
 
-	rec->attempt = DatumGetInt32(first_row_column(COL_ATTEMPT, &isnull));
-	rec->created_at =
-		DatumGetTimestampTz(first_row_column(COL_CREATED_AT, &isnull));
-	rec->lease_expires_at =
-		DatumGetTimestampTz(first_row_column(COL_LEASE_EXPIRES_AT, &isnull));
-	rec->expires_at =
-		DatumGetTimestampTz(first_row_column(COL_EXPIRES_AT, &isnull));
-	return true;
+	result = lock_probed(true);
+	if (result != RECORD_WRITTEN)
+		return result;
+	tid = acc.probed;
+	slot_row(&values, &nulls);
+	set_column(values, nulls, C_STATE,
+			   CStringGetTextDatum(record_state_names[state]), false);
+	set_column(values, nulls, C_RETRYABLE, BoolGetDatum(retryable), false);
+	set_column(values, nulls, C_STATUS, Int32GetDatum(status), !has_status);
+	set_column(values, nulls, C_BODY, PointerGetDatum(body), body == NULL);
+	set_column(values, nulls, C_HEADERS, PointerGetDatum(headers),
+			   headers == NULL);
+	set_column(values, nulls, C_FINISHED_AT, TimestampTzGetDatum(now), false);
+	update_row(&tid, values, nulls);
+	return RECORD_WRITTEN;
 }
 
 /*
- * Turn the key's record into a new pending claim described by rec; false if
- * the record disappeared meanwhile.
- */
-bool
-record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now)
-{
-	Datum		values[9];
-	char		nulls[9];
-
-	key_datums(key, values, nulls);
-	values[3] = fingerprint_datum(&rec->fingerprint, &nulls[3]);
-	values[4] = Int32GetDatum(rec->attempt);
-	values[5] = TimestampTzGetDatum(rec->created_at);
-	values[6] = TimestampTzGetDatum(now);
-	values[7] = TimestampTzGetDatum(rec->lease_expires_at);
-	values[8] = TimestampTzGetDatum(rec->expires_at);
-	memset(&nulls[4], ' ', 5);
-
-	run_plan(PLAN_RECLAIM, values, nulls, 0);
-	return SPI_processed == 1;
-}
-
-/*
- * Store how the key's pending claim ended (its status, body and headers),
- * if it has one of that attempt (with has_attempt); false if it has none.
- * *expires_at and *lease_expires_at are the record's expiry and lease end:
- * the caller must raise an error, undoing the update, if the record had
- * expired.  (The statement leaves expiry out of its condition, so that the
- * planner can only look the key up by the unique index.)  Only non-indexed
- * columns change, so this is a HOT update when the page has room.
- */
-bool
-record_finish(const IdemKey *key, bool has_attempt, int32 attempt,
-			  IdemState state, bool retryable, bool has_status, int32 status,
-			  bytea *body, Jsonb *headers, TimestampTz now,
-			  TimestampTz *expires_at, TimestampTz *lease_expires_at)
-{
-	bool		isnull;
-	Datum		values[10];
-	char		nulls[10];
-
-	key_datums(key, values, nulls);
-	values[3] = CStringGetTextDatum(state_names[state]);
-	values[4] = BoolGetDatum(retryable);
-	values[5] = Int32GetDatum(status);
-	values[6] = PointerGetDatum(body);
-	values[7] = TimestampTzGetDatum(now);
-	values[8] = Int32GetDatum(attempt);
-	values[9] = PointerGetDatum(headers);
-	nulls[3] = nulls[4] = nulls[7] = ' ';
-	nulls[5] = has_status ? ' ' : 'n';
-	nulls[6] = body != NULL ? ' ' : 'n';
-	nulls[8] = has_attempt ? ' ' : 'n';
-	nulls[9] = headers != NULL ? ' ' : 'n';
-
-	run_plan(PLAN_FINISH, values, nulls, 0);
-	if (SPI_processed != 1)
-		return false;
-	*expires_at = DatumGetTimestampTz(first_row_column(1, &isnull));
-	*lease_expires_at = DatumGetTimestampTz(first_row_column(2, &isnull));
-	return true;
-}
-
-/*
- * Up to max_rows records of a tenant (of one endpoint, if not NULL), bodies
- * only if asked, as tuples of desc, the operator listing's row type.
- */
-List *
-record_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
-			TupleDesc desc)
-{
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	List	   *rows = NIL;
-
-	values[0] = PointerGetDatum(tenant);
-	values[1] = PointerGetDatum(endpoint);
-	nulls[1] = endpoint != NULL ? ' ' : 'n';
-	values[2] = BoolGetDatum(with_body);
-	values[3] = Int32GetDatum(max_rows);
-	run_plan(PLAN_LIST, values, nulls, 0);
-
-	/*
-	 * desc may end before the statement's last columns: 0.1.0's definition
-	 * of idem_list, until ALTER EXTENSION idem UPDATE, has no headers.
-	 */
-	Assert(desc->natts <= SPI_tuptable->tupdesc->natts);
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		int			ncols = SPI_tuptable->tupdesc->natts;
-		Datum	   *cols = palloc(ncols * sizeof(Datum));
-		bool	   *isnull = palloc(ncols * sizeof(bool));
-		MemoryContext old;
-
-		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-						  cols, isnull);
-		old = MemoryContextSwitchTo(caller_context);
-		rows = lappend(rows, heap_form_tuple(desc, cols, isnull));
-		MemoryContextSwitchTo(old);
-	}
-	return rows;
-}
-
-/* Delete the key's record, whatever its state; false if it had none */
-bool
-record_forget(const IdemKey *key)
-{
-	Datum		values[3];
-	char		nulls[3];
-
-	key_datums(key, values, nulls);
-	run_plan(PLAN_FORGET, values, nulls, 0);
-	return SPI_processed == 1;
-}
-
-/*
- * Whether Citus has distributed idem_record; false where Citus is not
- * installed in this database.  Citus's catalogs are named only when the
- * extension exists, so that the statement parses.
- */
-static bool
-record_distributed(void)
-{
-	Oid			argtypes[1] = {OIDOID};
-	Datum		values[1] = {ObjectIdGetDatum(record_relid)};
-	int			rc;
-
-	if (!OidIsValid(get_extension_oid("citus", true)))
-		return false;
-	rc = SPI_execute_with_args("SELECT FROM pg_catalog.pg_dist_partition"
-							   " WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
-							   1, argtypes, values, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed: %s",
-			 SPI_result_code_string(rc));
-	return SPI_processed > 0;
-}
-
-/*
- * The relations the purge on this node goes through, as a list of OIDs in
- * the caller's memory context: idem_record itself, or, when Citus has
- * distributed it (*distributed), the shard placements that this node holds
- * (none on a coordinator without shards).  A statement on the distributed
- * table would have to span every shard at once, which Citus cannot plan for
- * a batch delete; each node deleting from its own placements needs no
- * coordination and follows the shards wherever the rebalancer moves them.
+ * The purge, the listing and idem_forget go through SQL on every table:
+ * they are not on a request's path, and a deletion must fire the trigger
+ * that raises the fencing floor.
+ *
+ * The relations the purge on this node goes through: the local
+ * idem_record, or the shard placements of a distributed one that this node
+ * holds (sql_purge_targets).
  */
 List *
 record_purge_targets(bool *distributed)
 {
-	Oid			argtypes[1] = {OIDOID};
-	Datum		values[1] = {ObjectIdGetDatum(record_relid)};
-	List	   *targets = NIL;
-	MemoryContext old;
-	int			rc;
+	List	   *targets;
 
-	*distributed = record_distributed();
-	if (!*distributed)
-	{
-		old = MemoryContextSwitchTo(caller_context);
-		targets = list_make1_oid(record_relid);
-		MemoryContextSwitchTo(old);
-		return targets;
-	}
-
-	rc = SPI_execute_with_args("SELECT r FROM (SELECT pg_catalog.to_regclass("
-							   "pg_catalog.shard_name(s.logicalrelid, s.shardid))"
-							   " AS r FROM pg_catalog.pg_dist_shard s"
-							   " JOIN pg_catalog.pg_dist_placement p"
-							   " ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
-							   " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
-							   " AND p.groupid OPERATOR(pg_catalog.=) (SELECT groupid"
-							   " FROM pg_catalog.pg_dist_local_group)) placements"
-							   " WHERE r IS NOT NULL ORDER BY r",
-							   1, argtypes, values, NULL, true, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed: %s",
-			 SPI_result_code_string(rc));
-	old = MemoryContextSwitchTo(caller_context);
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-		Datum		shard = SPI_getbinval(SPI_tuptable->vals[i],
-										  SPI_tuptable->tupdesc, 1, &isnull);
-
-		targets = lappend_oid(targets, DatumGetObjectId(shard));
-	}
-	MemoryContextSwitchTo(old);
+	if (tables.distributed)
+		return sql_purge_targets(distributed);
+	sql_open(acc.caller);
+	targets = sql_purge_targets(distributed);
+	sql_close();
 	return targets;
 }
 
-/*
- * Run the purge statement against a shard placement of the distributed
- * idem_record.  It is prepared at each call: placements come and go as
- * shards move, and a purge runs a few statements a minute.  Citus refuses
- * changes to a shard from outside its own executor unless
- * citus.enable_manual_changes_to_shards is on; it is, for this statement
- * only.  Like the kept plans, the plan finds its rows through the index.
- */
-static void
-run_purge_on_shard(Oid shard, Datum *values, const char *nulls)
-{
-	StringInfoData sql;
-	SPIPlanPtr	plan;
-	int			nestlevel;
-	int			rc;
-	char	   *schema = get_namespace_name(get_rel_namespace(shard));
-
-	initStringInfo(&sql);
-	appendStringInfo(&sql, plan_specs[PLAN_PURGE].sql,
-					 quote_qualified_identifier(schema, get_rel_name(shard)));
-
-	nestlevel = NewGUCNestLevel();
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("citus.enable_manual_changes_to_shards", "on",
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-							 true, 0, false);
-	plan = SPI_prepare_cursor(sql.data, plan_specs[PLAN_PURGE].nargs,
-							  (Oid *) plan_specs[PLAN_PURGE].argtypes,
-							  CURSOR_OPT_GENERIC_PLAN);
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-			 sql.data, SPI_result_code_string(SPI_result));
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc < 0)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	AtEOXact_GUC(true, nestlevel);
-	SPI_freeplan(plan);
-	pfree(sql.data);
-}
-
-/*
- * Delete up to batch records of target (one of record_purge_targets()) that
- * expired by now, skipping rows another transaction has locked: a purge
- * never waits for a claim, and a pending claim whose lease runs is kept,
- * whatever its expiry says.  *from is where in expiry order the batch starts
- * (DT_NOBEGIN: the beginning), and is moved to where the next batch of the
- * same purge may start: without it, every batch would walk again over the
- * index entries of the rows that the batches before it deleted, which stay
- * until VACUUM.  A shard placement that has gone since the targets were
- * listed (moved away and dropped) has nothing left to purge.
- */
 uint64
 record_purge_batch(Oid target, TimestampTz now, int batch, TimestampTz *from)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
-	bool		isnull;
-	int64		deleted;
-	Datum		last;
+	uint64		deleted;
 
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(batch);
-	values[2] = TimestampTzGetDatum(*from);
-	if (target == record_relid)
-		run_plan(PLAN_PURGE, values, nulls, 0);
-	else
+	if (tables.distributed)
+		return sql_purge_batch(target, now, batch, from);
+	sql_open(acc.caller);
+	deleted = sql_purge_batch(target, now, batch, from);
+	sql_close();
+	return deleted;
+}
+
+List *
+record_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
+			TupleDesc desc)
+{
+	List	   *rows;
+
+	if (tables.distributed)
+		return sql_list(tenant, endpoint, with_body, max_rows, desc);
+	sql_open(acc.caller);
+	rows = sql_list(tenant, endpoint, with_body, max_rows, desc);
+	sql_close();
+	return rows;
+}
+
+/*
+ * Delete the key's record, whatever its state; false if it had none.
+ * Waits first for a transaction that is writing it.
+ */
+bool
+record_forget(const IdemKey *key)
+{
+	bool		forgotten;
+	bool		busy;
+
+	if (tables.distributed)
 	{
-		/* lock, then look: the placement cannot go while we purge it */
-		LockRelationOid(target, RowExclusiveLock);
-		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(target)))
-		{
-			UnlockRelationOid(target, RowExclusiveLock);
-			return 0;
-		}
-		run_purge_on_shard(target, values, nulls);
-	}
+		IdemRecord	rec;
 
-	deleted = DatumGetInt64(first_row_column(1, &isnull));
-	last = first_row_column(2, &isnull);
-	if (!isnull)
-		*from = DatumGetTimestampTz(last);
-	return (uint64) deleted;
+		(void) sql_probe(key, true, &rec, NULL);
+		return sql_forget(key);
+	}
+	(void) probe(key, true, false, &busy);
+	sql_open(acc.caller);
+	forgotten = sql_forget(key);
+	sql_close();
+	return forgotten;
 }

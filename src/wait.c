@@ -6,14 +6,14 @@
  * A claim with wait => true that finds a committed pending claim of its key
  * within its lease waits until that claim is completed, failed, released or
  * forgotten, or its lease runs out, or the claim's own wait_timeout passes.
- * The key lock (keylock.c) cannot serve: the first attempt's transaction
- * has committed and holds nothing.
+ * Waiting for a transaction (record.c's probe) cannot serve: the first
+ * attempt's transaction has committed and holds nothing.
  *
  * With idem preloaded, shared memory holds a small fixed array of wake-up
  * slots, each a generation counter and a condition variable; a key maps to
  * one slot by its hash.  A transaction that finished a key remembers the
  * key's slot, and once it has committed (or prepared: a claim then waits
- * for the prepared transaction's key lock) bumps the slot's generation and
+ * for the prepared transaction itself) bumps the slot's generation and
  * broadcasts on its condition variable.  Not earlier: before the commit, a
  * woken claim could not see the change.  A waiter reads the generation
  * before it looks at the record, and sleeps only while the generation is

@@ -1,0 +1,821 @@
+/*-------------------------------------------------------------------------
+ *
+ * record_sql.c
+ *	  idem_record through SQL: the way for a table distributed by Citus,
+ *	  and for the purge, the operator listing and idem_forget everywhere.
+ *
+ * On a Citus coordinator the local idem_record is an empty shell: only SQL
+ * reaches the shards.  So this file keeps a statement for every operation
+ * of record.h.  Where SQL cannot answer in_progress without waiting for an
+ * uncommitted claim (INSERT ... ON CONFLICT waits for it), a writer of a
+ * key's record first takes the key's lock (keylock.c) and keeps it to the
+ * end of its transaction, as idem 0.1.0 did for every table.
+ *
+ * Every statement is prepared once per backend through SPI and kept
+ * (SPI_keepplan), so no call parses anything.  Statements name the table
+ * with its schema and compare with OPERATOR(pg_catalog.=), so nothing on a
+ * caller's search_path can stand in for them.  The plans are prepared
+ * again at the next call after the table's relcache entry is invalidated
+ * (DROP EXTENSION, ALTER TABLE, ...) or after any of them was invalidated
+ * (DISCARD PLANS or DISCARD ALL, which poolers send between clients,
+ * invalidates every cached plan): each is planned with sequential scans
+ * off, never by the plan cache on its own.
+ *
+ * On Citus, once idem_distribute() has distributed idem_record, the table
+ * in the extension's schema is a shell that Citus routes each key's
+ * statement through to the shard that holds the tenant, so those
+ * statements stay as they are.  Only the purge, which spans all tenants,
+ * cannot go through the shell: it runs on each node against the shard
+ * placements that node holds (sql_purge_targets).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/plancache.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "record.h"
+
+typedef enum RecordPlan
+{
+	PLAN_INSERT,
+	PLAN_FLOOR,
+	PLAN_REFENCE,
+	PLAN_FETCH,
+	PLAN_RECLAIM,
+	PLAN_FINISH,
+	PLAN_PURGE,
+	PLAN_LIST,
+	PLAN_FORGET,
+	NUM_PLANS
+} RecordPlan;
+
+/* The key columns' condition; $1..$3 are tenant, endpoint and key */
+#define KEY_MATCH \
+	" WHERE tenant OPERATOR(pg_catalog.=) $1" \
+	" AND endpoint OPERATOR(pg_catalog.=) $2" \
+	" AND key OPERATOR(pg_catalog.=) $3"
+
+/* A key's bucket in idem_attempt_floor, as its trigger computes it */
+#define FLOOR_MATCH \
+	" WHERE bucket OPERATOR(pg_catalog.=)" \
+	" (pg_catalog.hashtext($3) OPERATOR(pg_catalog.&) 4095)"
+
+/* Columns of PLAN_FETCH's result, in order */
+enum
+{
+	COL_STATE = 1,
+	COL_RETRYABLE,
+	COL_FINGERPRINT,
+	COL_STATUS,
+	COL_BODY,
+	COL_ATTEMPT,
+	COL_CREATED_AT,
+	COL_LEASE_EXPIRES_AT,
+	COL_EXPIRES_AT,
+	COL_HEADERS
+};
+
+typedef struct PlanSpec
+{
+	const char *sql;			/* %1$s: idem_record, %2$s: idem_attempt_floor */
+	int			nargs;
+	Oid			argtypes[10];
+} PlanSpec;
+
+static const PlanSpec plan_specs[NUM_PLANS] = {
+	[PLAN_INSERT] = {
+		/* the floor is read apart: Citus cannot plan it inside the INSERT */
+		"INSERT INTO %1$s (tenant, endpoint, key, state, fingerprint, attempt,"
+		" created_at, claimed_at, lease_expires_at, expires_at)"
+		" VALUES ($1, $2, $3, 'pending', $4, $8, $5, $5, $6, $7)"
+		" ON CONFLICT (tenant, endpoint, key) DO NOTHING",
+		8, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}
+	},
+	[PLAN_FLOOR] = {
+		/* %1$.0s: a format must use every argument before the last one */
+		"SELECT attempt FROM %2$s" FLOOR_MATCH "%1$.0s",
+		3, {TEXTOID, TEXTOID, TEXTOID}
+	},
+	[PLAN_REFENCE] = {
+		"UPDATE %1$s SET attempt = $4" KEY_MATCH,
+		4, {TEXTOID, TEXTOID, TEXTOID, INT4OID}
+	},
+	[PLAN_FETCH] = {
+		"SELECT state, retryable, fingerprint, status, body, attempt,"
+		" created_at, lease_expires_at, expires_at, headers FROM %s" KEY_MATCH,
+		3, {TEXTOID, TEXTOID, TEXTOID}
+	},
+	[PLAN_RECLAIM] = {
+		"UPDATE %s SET state = 'pending', retryable = false,"
+		" fingerprint = $4, status = NULL, body = NULL, headers = NULL,"
+		" attempt = $5,"
+		" created_at = $6, claimed_at = $7, lease_expires_at = $8,"
+		" finished_at = NULL, expires_at = $9" KEY_MATCH,
+		9, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[PLAN_FINISH] = {
+		"UPDATE %s SET state = $4, retryable = $5, status = $6, body = $7,"
+		" finished_at = $8, headers = $9" KEY_MATCH,
+		9, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
+		TIMESTAMPTZOID, JSONBOID}
+	},
+	[PLAN_PURGE] = {
+		"WITH deleted AS (DELETE FROM %1$s"
+		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"SELECT ctid FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
+		" AND expires_at OPERATOR(pg_catalog.>=) $3"
+		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
+		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+		" AND expires_at OPERATOR(pg_catalog.<=) $1"
+		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
+		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
+		" RETURNING expires_at)"
+		" SELECT pg_catalog.count(*), pg_catalog.max(expires_at) FROM deleted",
+		3, {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID}
+	},
+	[PLAN_LIST] = {
+		"SELECT endpoint, key, state, retryable, status, attempt, created_at,"
+		" claimed_at, lease_expires_at, finished_at, expires_at,"
+		" CASE WHEN $3 THEN body END, CASE WHEN $3 THEN headers END FROM %s"
+		" WHERE tenant OPERATOR(pg_catalog.=) $1"
+		" AND ($2 IS NULL OR endpoint OPERATOR(pg_catalog.=) $2)"
+		" ORDER BY endpoint, key LIMIT $4",
+		4, {TEXTOID, TEXTOID, BOOLOID, INT4OID}
+	},
+	[PLAN_FORGET] = {
+		"DELETE FROM %s" KEY_MATCH,
+		3, {TEXTOID, TEXTOID, TEXTOID}
+	},
+};
+
+const char *const record_state_names[] = {
+	[IDEM_PENDING] = "pending",
+	[IDEM_SUCCEEDED] = "succeeded",
+	[IDEM_FAILED] = "failed"
+};
+
+/* Whether this open bracket took the key lock (sql_probe), and had it before */
+static bool key_locked = false;
+static bool key_held_before = false;
+
+static SPIPlanPtr plans[NUM_PLANS];
+static bool plans_valid = false;
+static bool callback_registered = false;
+static Oid	record_relid = InvalidOid;
+
+/* The caller's memory context during an open bracket */
+static MemoryContext caller_context = NULL;
+
+/* Column c of the first row that the last statement returned */
+static Datum
+first_row_column(int c, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c,
+						 isnull);
+}
+
+static void
+sql_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == record_relid)
+		plans_valid = false;
+}
+
+/*
+ * The schema the extension lives in, wherever the DBA put it; InvalidOid if
+ * the extension is not installed in this database.  The caller is
+ * connected to SPI.
+ */
+Oid
+sql_extension_schema(void)
+{
+	Oid			argtypes[1] = {NAMEOID};
+	Datum		values[1] = {CStringGetDatum("idem")};
+	bool		isnull;
+	int			rc;
+
+	rc = SPI_execute_with_args("SELECT extnamespace FROM pg_catalog.pg_extension"
+							   " WHERE extname OPERATOR(pg_catalog.=) $1",
+							   1, argtypes, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed: %s",
+			 SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return InvalidOid;
+	return DatumGetObjectId(first_row_column(1, &isnull));
+}
+
+/* Prepare every statement against the extension's idem_record. */
+static void
+prepare_plans(void)
+{
+	Oid			schema;
+	char	   *qualified;
+	char	   *qualified_floor;
+	int			nestlevel;
+
+	for (int i = 0; i < NUM_PLANS; i++)
+	{
+		if (plans[i] != NULL)
+			SPI_freeplan(plans[i]);
+		plans[i] = NULL;
+	}
+
+	schema = sql_extension_schema();
+	record_relid = OidIsValid(schema) ?
+		get_relname_relid("idem_record", schema) : InvalidOid;
+	if (!OidIsValid(record_relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
+	qualified = quote_qualified_identifier(get_namespace_name(schema),
+										   "idem_record");
+	qualified_floor = quote_qualified_identifier(get_namespace_name(schema),
+												 "idem_attempt_floor");
+
+	/*
+	 * Every statement finds its rows through an index, however few rows the
+	 * table has when it is planned: a plan made while the table is empty
+	 * (just created, or truncated by VACUUM after a purge) would otherwise
+	 * scan it sequentially, and keep doing so, ever slower, as it fills.  So
+	 * each statement gets one generic plan, made now with sequential scans
+	 * disabled, and made again only after the table's relcache entry is
+	 * invalidated.
+	 */
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	for (int i = 0; i < NUM_PLANS; i++)
+	{
+		StringInfoData sql;
+		SPIPlanPtr	plan;
+		CachedPlan *cplan;
+
+		initStringInfo(&sql);
+		appendStringInfo(&sql, plan_specs[i].sql, qualified, qualified_floor);
+		plan = SPI_prepare_cursor(sql.data, plan_specs[i].nargs,
+								  (Oid *) plan_specs[i].argtypes,
+								  CURSOR_OPT_GENERIC_PLAN);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 sql.data, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		cplan = SPI_plan_get_cached_plan(plan);
+		ReleaseCachedPlan(cplan, CurrentResourceOwner);
+		plans[i] = plan;
+		pfree(sql.data);
+	}
+	AtEOXact_GUC(true, nestlevel);
+	plans_valid = true;
+}
+
+/*
+ * Whether relid is a table that Citus distributes: then the local table is
+ * a shell, and only SQL reaches its rows.  Asked once per relcache
+ * invalidation of idem_record (distributing it invalidates it).  Needs a
+ * connection to SPI, as sql_extension_schema does.
+ */
+bool
+sql_distributed(Oid relid)
+{
+	Oid			argtypes[1] = {REGCLASSOID};
+	Datum		values[1] = {ObjectIdGetDatum(relid)};
+	int			rc;
+
+	if (!OidIsValid(get_extension_oid("citus", true)))
+		return false;
+	rc = SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_dist_partition"
+							   " WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
+							   1, argtypes, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed: %s",
+			 SPI_result_code_string(rc));
+	return SPI_processed > 0;
+}
+
+/*
+ * Connect to SPI for a bracket of calls whose results go to caller, and
+ * make sure every statement has its index plan.
+ */
+void
+sql_open(MemoryContext caller)
+{
+	caller_context = caller;
+	key_locked = false;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(sql_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	for (int i = 0; plans_valid && i < NUM_PLANS; i++)
+		if (!SPI_plan_is_valid(plans[i]))
+			plans_valid = false;
+	if (!plans_valid)
+		prepare_plans();
+}
+
+void
+sql_close(void)
+{
+	SPI_finish();
+	caller_context = NULL;
+}
+
+static int
+run_plan(RecordPlan which, Datum *values, const char *nulls, long tcount)
+{
+	int			rc = SPI_execute_plan(plans[which], values, nulls, false, tcount);
+
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return rc;
+}
+
+static Datum
+fingerprint_datum(const IdemFingerprint *fp, char *null)
+{
+	bytea	   *b;
+
+	if (!fp->present)
+	{
+		*null = 'n';
+		return (Datum) 0;
+	}
+	b = (bytea *) palloc(VARHDRSZ + IDEM_FINGERPRINT_LEN);
+	SET_VARSIZE(b, VARHDRSZ + IDEM_FINGERPRINT_LEN);
+	memcpy(VARDATA(b), fp->digest, IDEM_FINGERPRINT_LEN);
+	*null = ' ';
+	return PointerGetDatum(b);
+}
+
+static void
+key_datums(const IdemKey *key, Datum *values, char *nulls)
+{
+	values[0] = PointerGetDatum(key->tenant);
+	values[1] = PointerGetDatum(key->endpoint);
+	values[2] = PointerGetDatum(key->key);
+	nulls[0] = nulls[1] = nulls[2] = ' ';
+}
+
+/*
+ * Run a read-only look-up of at most one row; false if it found none.
+ * Without latest, with the calling statement's snapshot (no new snapshot,
+ * no command counter increment); with latest, the newest committed state,
+ * even under REPEATABLE READ.
+ */
+static bool
+run_lookup(RecordPlan which, Datum *values, const char *nulls, bool latest)
+{
+	int			rc;
+
+	if (latest)
+		rc = SPI_execute_snapshot(plans[which], values, nulls,
+								  GetLatestSnapshot(), InvalidSnapshot,
+								  false, false, 1);
+	else
+		rc = SPI_execute_plan(plans[which], values, nulls, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return SPI_processed > 0;
+}
+
+/*
+ * The fencing floor of the key's bucket (0 when it has none), as the
+ * statement's snapshot shows it, or with latest, as the newest committed
+ * state shows it: a purge that committed since this statement began may
+ * have raised it.
+ */
+static int32
+read_floor(Datum *values, const char *nulls, bool latest)
+{
+	bool		isnull;
+
+	if (!run_lookup(PLAN_FLOOR, values, nulls, latest))
+		return 0;
+	return DatumGetInt32(first_row_column(1, &isnull));
+}
+
+/*
+ * Insert a fresh pending claim; false if the key already has a record.  The
+ * unique index alone decides.  *attempt is the new claim's attempt: one more
+ * than the floor of the key's bucket, which the deletion of every earlier
+ * record of the key raised.
+ *
+ * The floor is read twice.  The insert reads it with its own snapshot; but
+ * if a concurrent purge was deleting the key's old record, the insert waits
+ * for it at the unique index and then inserts, with a floor read before
+ * that purge's raise committed.  So once inserted, the claim reads the
+ * newest committed floor and, if it caught up, moves its attempt above it.
+ */
+bool
+sql_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
+					TimestampTz now, TimestampTz lease_expires_at,
+					TimestampTz expires_at, int32 *attempt)
+{
+	Datum		values[8];
+	char		nulls[8];
+	int32		floor;
+
+	key_datums(key, values, nulls);
+	values[3] = fingerprint_datum(fp, &nulls[3]);
+	values[4] = TimestampTzGetDatum(now);
+	values[5] = TimestampTzGetDatum(lease_expires_at);
+	values[6] = TimestampTzGetDatum(expires_at);
+	*attempt = read_floor(values, nulls, false) + 1;
+	values[7] = Int32GetDatum(*attempt);
+	nulls[4] = nulls[5] = nulls[6] = nulls[7] = ' ';
+
+	run_plan(PLAN_INSERT, values, nulls, 0);
+	if (SPI_processed != 1)
+		return false;
+
+	floor = read_floor(values, nulls, true);
+	if (floor >= *attempt)
+	{
+		*attempt = floor + 1;
+		values[3] = Int32GetDatum(*attempt);
+		nulls[3] = ' ';
+		run_plan(PLAN_REFENCE, values, nulls, 0);
+	}
+	return true;
+}
+
+static IdemState
+state_from_text(text *t)
+{
+	char	   *s = text_to_cstring(t);
+
+	for (size_t i = 0; i <= IDEM_FAILED; i++)
+		if (strcmp(s, record_state_names[i]) == 0)
+			return (IdemState) i;
+	elog(ERROR, "idem_record has an unknown state \"%s\"", s);
+	pg_unreachable();
+}
+
+/*
+ * Read the key's record into rec; false if there is none.  Without latest,
+ * the record as the calling statement's snapshot shows it (a read-only
+ * look-up: no new snapshot, no command counter increment).  With latest,
+ * the newest committed version, even under REPEATABLE READ, so that the
+ * caller can compare it with what its transaction snapshot shows.
+ */
+bool
+sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
+{
+	Datum		values[3];
+	char		nulls[3];
+	bool		isnull;
+	Datum		d;
+
+	key_datums(key, values, nulls);
+	if (!run_lookup(PLAN_FETCH, values, nulls, latest))
+		return false;
+
+	rec->state = state_from_text(DatumGetTextPP(first_row_column(COL_STATE,
+																  &isnull)));
+	rec->retryable = DatumGetBool(first_row_column(COL_RETRYABLE, &isnull));
+
+	d = first_row_column(COL_FINGERPRINT, &isnull);
+	rec->fingerprint.present = !isnull;
+	if (!isnull)
+		memcpy(rec->fingerprint.digest, VARDATA_ANY(DatumGetByteaPP(d)),
+			   IDEM_FINGERPRINT_LEN);
+
+	d = first_row_column(COL_STATUS, &isnull);
+	rec->has_status = !isnull;
+	rec->status = isnull ? 0 : DatumGetInt32(d);
+
+	d = first_row_column(COL_BODY, &isnull);
+	if (isnull)
+		rec->body = NULL;
+	else
+	{
+		MemoryContext old = MemoryContextSwitchTo(caller_context);
+
+		rec->body = DatumGetByteaPCopy(d);
+		MemoryContextSwitchTo(old);
+	}
+
+	d = first_row_column(COL_HEADERS, &isnull);
+	if (isnull)
+		rec->headers = NULL;
+	else
+	{
+		MemoryContext old = MemoryContextSwitchTo(caller_context);
+
+		rec->headers = DatumGetJsonbPCopy(d);
+		MemoryContextSwitchTo(old);
+	}
+
+	rec->attempt = DatumGetInt32(first_row_column(COL_ATTEMPT, &isnull));
+	rec->created_at =
+		DatumGetTimestampTz(first_row_column(COL_CREATED_AT, &isnull));
+	rec->lease_expires_at =
+		DatumGetTimestampTz(first_row_column(COL_LEASE_EXPIRES_AT, &isnull));
+	rec->expires_at =
+		DatumGetTimestampTz(first_row_column(COL_EXPIRES_AT, &isnull));
+	return true;
+}
+
+/*
+ * Take the key's lock (waiting for it with wait) and read the newest
+ * committed version of its record: the writers of a key's record all hold
+ * the lock, so what is read stays true until this transaction ends.  *own
+ * tells whether this transaction held the lock before: then the record is
+ * its own.
+ */
+RecordProbe
+sql_probe(const IdemKey *key, bool wait, IdemRecord *rec, bool *own)
+{
+	bool		already_held = false;
+
+	if (!key_locked)
+	{
+		if (!keylock_acquire(key, wait, &already_held))
+			return RECORD_BUSY;
+		key_locked = true;
+		key_held_before = already_held;
+	}
+	if (own != NULL)
+		*own = key_held_before;
+	return sql_fetch(key, true, rec) ? RECORD_FOUND : RECORD_ABSENT;
+}
+
+/* Whether another transaction is writing the key's record */
+bool
+sql_busy(const IdemKey *key)
+{
+	return keylock_held_by_other(key);
+}
+
+/* Give back the key's lock taken by sql_probe: nothing was written */
+void
+sql_unlock(const IdemKey *key)
+{
+	if (key_locked)
+		keylock_release(key);
+	key_locked = false;
+}
+
+/* Turn the key's record, probed and locked, into the pending claim rec */
+void
+sql_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now)
+{
+	Datum		values[9];
+	char		nulls[9];
+
+	key_datums(key, values, nulls);
+	values[3] = fingerprint_datum(&rec->fingerprint, &nulls[3]);
+	values[4] = Int32GetDatum(rec->attempt);
+	values[5] = TimestampTzGetDatum(rec->created_at);
+	values[6] = TimestampTzGetDatum(now);
+	values[7] = TimestampTzGetDatum(rec->lease_expires_at);
+	values[8] = TimestampTzGetDatum(rec->expires_at);
+	memset(&nulls[4], ' ', 5);
+
+	run_plan(PLAN_RECLAIM, values, nulls, 0);
+	if (SPI_processed != 1)
+		elog(ERROR, "idem_record lost a locked record");
+}
+
+/*
+ * Store how the key's pending claim, probed and locked, ended (its status,
+ * body and headers).  Only
+ * non-indexed columns change, so this is a HOT update when the page has
+ * room.
+ */
+void
+sql_finish(const IdemKey *key, IdemState state, bool retryable,
+		   bool has_status, int32 status, bytea *body, Jsonb *headers,
+		   TimestampTz now)
+{
+	Datum		values[9];
+	char		nulls[9];
+
+	key_datums(key, values, nulls);
+	values[3] = CStringGetTextDatum(record_state_names[state]);
+	values[4] = BoolGetDatum(retryable);
+	values[5] = Int32GetDatum(status);
+	values[6] = PointerGetDatum(body);
+	values[7] = TimestampTzGetDatum(now);
+	values[8] = PointerGetDatum(headers);
+	nulls[3] = nulls[4] = nulls[7] = ' ';
+	nulls[5] = has_status ? ' ' : 'n';
+	nulls[6] = body != NULL ? ' ' : 'n';
+	nulls[8] = headers != NULL ? ' ' : 'n';
+
+	run_plan(PLAN_FINISH, values, nulls, 0);
+	if (SPI_processed != 1)
+		elog(ERROR, "idem_record lost a locked record");
+}
+
+/*
+ * Up to max_rows records of a tenant (of one endpoint, if not NULL), bodies
+ * only if asked, as tuples of desc, the operator listing's row type.
+ */
+List *
+sql_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
+			TupleDesc desc)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	List	   *rows = NIL;
+
+	values[0] = PointerGetDatum(tenant);
+	values[1] = PointerGetDatum(endpoint);
+	nulls[1] = endpoint != NULL ? ' ' : 'n';
+	values[2] = BoolGetDatum(with_body);
+	values[3] = Int32GetDatum(max_rows);
+	run_plan(PLAN_LIST, values, nulls, 0);
+
+	/*
+	 * desc may end before the statement's last columns: 0.1.0's definition
+	 * of idem_list, until ALTER EXTENSION idem UPDATE, has no headers.
+	 */
+	Assert(desc->natts <= SPI_tuptable->tupdesc->natts);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		int			ncols = SPI_tuptable->tupdesc->natts;
+		Datum	   *cols = palloc(ncols * sizeof(Datum));
+		bool	   *isnull = palloc(ncols * sizeof(bool));
+		MemoryContext old;
+
+		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+						  cols, isnull);
+		old = MemoryContextSwitchTo(caller_context);
+		rows = lappend(rows, heap_form_tuple(desc, cols, isnull));
+		MemoryContextSwitchTo(old);
+	}
+	return rows;
+}
+
+/* Delete the key's record, whatever its state; false if it had none */
+bool
+sql_forget(const IdemKey *key)
+{
+	Datum		values[3];
+	char		nulls[3];
+
+	key_datums(key, values, nulls);
+	run_plan(PLAN_FORGET, values, nulls, 0);
+	return SPI_processed == 1;
+}
+
+/*
+ * The relations the purge on this node goes through, as a list of OIDs in
+ * the caller's memory context: idem_record itself, or, when Citus has
+ * distributed it (*distributed), the shard placements that this node holds
+ * (none on a coordinator without shards).  A statement on the distributed
+ * table would have to span every shard at once, which Citus cannot plan for
+ * a batch delete; each node deleting from its own placements needs no
+ * coordination and follows the shards wherever the rebalancer moves them.
+ */
+List *
+sql_purge_targets(bool *distributed)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(record_relid)};
+	List	   *targets = NIL;
+	MemoryContext old;
+	int			rc;
+
+	*distributed = sql_distributed(record_relid);
+	if (!*distributed)
+	{
+		old = MemoryContextSwitchTo(caller_context);
+		targets = list_make1_oid(record_relid);
+		MemoryContextSwitchTo(old);
+		return targets;
+	}
+
+	rc = SPI_execute_with_args("SELECT r FROM (SELECT pg_catalog.to_regclass("
+							   "pg_catalog.shard_name(s.logicalrelid, s.shardid))"
+							   " AS r FROM pg_catalog.pg_dist_shard s"
+							   " JOIN pg_catalog.pg_dist_placement p"
+							   " ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
+							   " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
+							   " AND p.groupid OPERATOR(pg_catalog.=) (SELECT groupid"
+							   " FROM pg_catalog.pg_dist_local_group)) placements"
+							   " WHERE r IS NOT NULL ORDER BY r",
+							   1, argtypes, values, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed: %s",
+			 SPI_result_code_string(rc));
+	old = MemoryContextSwitchTo(caller_context);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		shard = SPI_getbinval(SPI_tuptable->vals[i],
+										  SPI_tuptable->tupdesc, 1, &isnull);
+
+		targets = lappend_oid(targets, DatumGetObjectId(shard));
+	}
+	MemoryContextSwitchTo(old);
+	return targets;
+}
+
+/*
+ * Run the purge statement against a shard placement of the distributed
+ * idem_record.  It is prepared at each call: placements come and go as
+ * shards move, and a purge runs a few statements a minute.  Citus refuses
+ * changes to a shard from outside its own executor unless
+ * citus.enable_manual_changes_to_shards is on; it is, for this statement
+ * only.  Like the kept plans, the plan finds its rows through the index.
+ */
+static void
+run_purge_on_shard(Oid shard, Datum *values, const char *nulls)
+{
+	StringInfoData sql;
+	SPIPlanPtr	plan;
+	int			nestlevel;
+	int			rc;
+	char	   *schema = get_namespace_name(get_rel_namespace(shard));
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, plan_specs[PLAN_PURGE].sql,
+					 quote_qualified_identifier(schema, get_rel_name(shard)));
+
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("citus.enable_manual_changes_to_shards", "on",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	plan = SPI_prepare_cursor(sql.data, plan_specs[PLAN_PURGE].nargs,
+							  (Oid *) plan_specs[PLAN_PURGE].argtypes,
+							  CURSOR_OPT_GENERIC_PLAN);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 sql.data, SPI_result_code_string(SPI_result));
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	AtEOXact_GUC(true, nestlevel);
+	SPI_freeplan(plan);
+	pfree(sql.data);
+}
+
+/*
+ * Delete up to batch records of target (one of sql_purge_targets()) that
+ * expired by now, skipping rows another transaction has locked: a purge
+ * never waits for a claim, and a pending claim whose lease runs is kept,
+ * whatever its expiry says.  *from is where in expiry order the batch starts
+ * (DT_NOBEGIN: the beginning), and is moved to where the next batch of the
+ * same purge may start: without it, every batch would walk again over the
+ * index entries of the rows that the batches before it deleted, which stay
+ * until VACUUM.  A shard placement that has gone since the targets were
+ * listed (moved away and dropped) has nothing left to purge.
+ */
+uint64
+sql_purge_batch(Oid target, TimestampTz now, int batch, TimestampTz *from)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	bool		isnull;
+	int64		deleted;
+	Datum		last;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(batch);
+	values[2] = TimestampTzGetDatum(*from);
+	if (target == record_relid)
+		run_plan(PLAN_PURGE, values, nulls, 0);
+	else
+	{
+		/* lock, then look: the placement cannot go while we purge it */
+		LockRelationOid(target, RowExclusiveLock);
+		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(target)))
+		{
+			UnlockRelationOid(target, RowExclusiveLock);
+			return 0;
+		}
+		run_purge_on_shard(target, values, nulls);
+	}
+
+	deleted = DatumGetInt64(first_row_column(1, &isnull));
+	last = first_row_column(2, &isnull);
+	if (!isnull)
+		*from = DatumGetTimestampTz(last);
+	return (uint64) deleted;
+}
