@@ -24,7 +24,9 @@
 #   pg17: build ok, 170 passed, 0 failed (212 s)
 #
 # and exits non-zero if a build or a test failed.  Logs stay in
-# $IDEM_MATRIX_DIR/logs.
+# $IDEM_MATRIX_DIR/logs.  The suite selectors of test/run.sh
+# (IDEM_TEST_SUITES, IDEM_TEST_REGRESS, IDEM_TEST_ISOLATION, IDEM_TEST_TAP)
+# are passed in, to run a part of the suite on every major.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -185,10 +187,14 @@ for major in $MAJORS; do
 	fi
 
 	result="0 passed, 1 failed (not run)"
+	selectors=
+	for v in IDEM_TEST_SUITES IDEM_TEST_REGRESS IDEM_TEST_ISOLATION IDEM_TEST_TAP; do
+		[ -n "${!v:-}" ] && selectors+="$v='${!v}' "
+	done
 	if [ $build = ok ]; then
 		port=$((port + 1))
 		inside "$dir" sh -c "cd $work && make -s clean PG_CONFIG=$pg_config >/dev/null &&
-			IDEM_TEST_PORT=$port make test PG_CONFIG=$pg_config IDEM_CFLAGS='$CFLAGS'" \
+			IDEM_TEST_PORT=$port $selectors make test PG_CONFIG=$pg_config IDEM_CFLAGS='$CFLAGS'" \
 			>"$log-test.log" 2>&1
 		rc=$?
 		if line=$(grep -E '^idem: [0-9]+ passed, [0-9]+ failed$' "$log-test.log" | tail -n 1); then
