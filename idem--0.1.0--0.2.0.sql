@@ -40,14 +40,12 @@ CREATE TRIGGER idem_binding_changed
 CREATE FUNCTION idem_bind(role regrole, tenant text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_bind'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_unbind(role regrole)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_unbind'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 REVOKE ALL ON FUNCTION idem_bind(regrole, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_unbind(regrole) FROM PUBLIC;
@@ -79,20 +77,20 @@ CREATE POLICY idem_record_tenant ON idem_record FOR SELECT
 		   coalesce(@extschema@.idem_tenant(), tenant) COLLATE "C");
 
 /* The API runs as its caller, so that the binding sees who calls */
-ALTER FUNCTION idem_claim(text, text, text, bytea, boolean, interval) SECURITY INVOKER;
-ALTER FUNCTION idem_claim(text, text, text, text, boolean, interval) SECURITY INVOKER;
-ALTER FUNCTION idem_claim(text, text, text, jsonb, boolean, interval) SECURITY INVOKER;
-ALTER FUNCTION idem_complete(text, text, text, integer, bytea, integer) SECURITY INVOKER;
-ALTER FUNCTION idem_complete(text, text, text, integer, text, integer) SECURITY INVOKER;
-ALTER FUNCTION idem_complete(text, text, text, integer, jsonb, integer) SECURITY INVOKER;
-ALTER FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer) SECURITY INVOKER;
-ALTER FUNCTION idem_fail(text, text, text, integer, text, boolean, integer) SECURITY INVOKER;
-ALTER FUNCTION idem_fail(text, text, text, integer, jsonb, boolean, integer) SECURITY INVOKER;
-ALTER FUNCTION idem_replay(text, text, text) SECURITY INVOKER;
-ALTER FUNCTION idem_release(text, text, text, integer) SECURITY INVOKER;
-ALTER FUNCTION idem_purge() SECURITY INVOKER;
-ALTER FUNCTION idem_list(text, text, boolean, integer) SECURITY INVOKER;
-ALTER FUNCTION idem_forget(text, text, text) SECURITY INVOKER;
+ALTER FUNCTION idem_claim(text, text, text, bytea, boolean, interval) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_claim(text, text, text, text, boolean, interval) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_claim(text, text, text, jsonb, boolean, interval) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_complete(text, text, text, integer, bytea, integer) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_complete(text, text, text, integer, text, integer) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_complete(text, text, text, integer, jsonb, integer) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_fail(text, text, text, integer, text, boolean, integer) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_fail(text, text, text, integer, jsonb, boolean, integer) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_replay(text, text, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_release(text, text, text, integer) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_purge() SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_list(text, text, boolean, integer) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION idem_forget(text, text, text) SECURITY INVOKER RESET search_path;
 
 /*
  * Roles bound with idem 0.1.0's setting keep their tenant in this
@@ -217,8 +215,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   fingerprint text,
@@ -233,8 +230,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim_text'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   fingerprint jsonb,
@@ -249,8 +245,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim_jsonb'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body bytea,
@@ -258,8 +253,7 @@ CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body text,
@@ -267,8 +261,7 @@ CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body jsonb,
@@ -276,8 +269,7 @@ CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete_jsonb'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body bytea,
@@ -286,8 +278,7 @@ CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body text,
@@ -296,8 +287,7 @@ CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body jsonb,
@@ -306,8 +296,7 @@ CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail_jsonb'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint bytea DEFAULT NULL,
@@ -318,8 +307,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay'
-LANGUAGE C STABLE ROWS 1
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C STABLE ROWS 1;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint text,
@@ -330,8 +318,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_text'
-LANGUAGE C STABLE ROWS 1
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C STABLE ROWS 1;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint jsonb,
@@ -342,8 +329,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_jsonb'
-LANGUAGE C STABLE ROWS 1
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C STABLE ROWS 1;
 
 CREATE FUNCTION idem_list(tenant text, endpoint text DEFAULT NULL,
 						  with_body boolean DEFAULT false,
@@ -354,8 +340,7 @@ RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
 			   finished_at timestamptz, expires_at timestamptz, body bytea,
 			   headers jsonb)
 AS 'MODULE_PATHNAME', 'idem_list'
-LANGUAGE C STABLE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C STABLE;
 
 REVOKE ALL ON FUNCTION idem_list(text, text, boolean, integer) FROM PUBLIC;
 

@@ -87,14 +87,12 @@ CREATE TRIGGER idem_binding_changed
 CREATE FUNCTION idem_bind(role regrole, tenant text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_bind'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_unbind(role regrole)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_unbind'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 REVOKE ALL ON FUNCTION idem_bind(regrole, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_unbind(regrole) FROM PUBLIC;
@@ -173,9 +171,12 @@ CREATE POLICY idem_record_tenant ON idem_record FOR SELECT
 
 /*
  * The API.  Every function runs as its caller, so that the tenant binding
- * sees who calls, with a pinned search_path; the C code reads and writes
- * idem_record as its owner, who alone may touch it, and schema-qualifies
- * every object and operator it uses.  None is SECURITY DEFINER.
+ * sees who calls; the C code reads and writes idem_record as its owner, who
+ * alone may touch it.  None is SECURITY DEFINER, and none has a SET clause:
+ * most calls run no SQL (the table is read and written directly), and the
+ * statements the C code does run name every object and operator with its
+ * schema and run under a search_path that the C code pins for them
+ * (pg_catalog, this schema, pg_temp).
  */
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   fingerprint bytea DEFAULT NULL,
@@ -190,8 +191,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   fingerprint text,
@@ -206,8 +206,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim_text'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   fingerprint jsonb,
@@ -222,8 +221,7 @@ CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
 						   OUT expires_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_claim_jsonb'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body bytea,
@@ -231,8 +229,7 @@ CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body text,
@@ -240,8 +237,7 @@ CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  status integer, body jsonb,
@@ -249,8 +245,7 @@ CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
 							  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete_jsonb'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body bytea,
@@ -259,8 +254,7 @@ CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body text,
@@ -269,8 +263,7 @@ CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  status integer, body jsonb,
@@ -279,8 +272,7 @@ CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
 						  headers jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_fail_jsonb'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint bytea DEFAULT NULL,
@@ -291,8 +283,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay'
-LANGUAGE C STABLE ROWS 1
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C STABLE ROWS 1;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint text,
@@ -303,8 +294,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_text'
-LANGUAGE C STABLE ROWS 1
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C STABLE ROWS 1;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint jsonb,
@@ -315,21 +305,18 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_jsonb'
-LANGUAGE C STABLE ROWS 1
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C STABLE ROWS 1;
 
 CREATE FUNCTION idem_release(tenant text, endpoint text, key text,
 							 attempt integer DEFAULT NULL)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_release'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_purge()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'idem_purge'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 REVOKE ALL ON FUNCTION idem_purge() FROM PUBLIC;
 
@@ -343,14 +330,12 @@ RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
 			   finished_at timestamptz, expires_at timestamptz, body bytea,
 			   headers jsonb)
 AS 'MODULE_PATHNAME', 'idem_list'
-LANGUAGE C STABLE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C STABLE;
 
 CREATE FUNCTION idem_forget(tenant text, endpoint text, key text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_forget'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp;
+LANGUAGE C VOLATILE;
 
 REVOKE ALL ON FUNCTION idem_list(text, text, boolean, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_forget(text, text, text) FROM PUBLIC;

@@ -23,8 +23,9 @@ SELECT extconfig::regclass[], extcondition FROM pg_extension WHERE extname = 'id
 \d api.idem_record
 SELECT reloptions FROM pg_class WHERE oid = 'api.idem_record'::regclass;
 
--- no function is SECURITY DEFINER: the API runs as its caller, with a
--- pinned search_path, and reads and writes the table as its owner
+-- no function is SECURITY DEFINER: the API runs as its caller, and reads
+-- and writes the table as its owner; only the PL/pgSQL functions pin
+-- search_path with a SET clause (the C code pins it around its SQL)
 SELECT p.oid::regprocedure AS function, p.prosecdef, p.provolatile,
        p.proisstrict, p.proconfig
   FROM pg_proc p WHERE p.pronamespace = 'api'::regnamespace ORDER BY 1;

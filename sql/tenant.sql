@@ -299,7 +299,10 @@ SELECT count(*) AS hostile_calls FROM evil.calls;
 SET search_path = evil, pg_catalog, public;
 SELECT idem_purge();
 SELECT count(*) FROM idem_list('acme');
+SELECT idem_forget('acme', 'POST /evil', 'k2');
 SELECT count(*) AS hostile_calls FROM evil.calls;
+-- the path that idem pins for its statements ends with them
+SHOW search_path;
 RESET search_path;
 
 DROP SCHEMA evil CASCADE;

@@ -128,6 +128,7 @@ extern bool idem_require_binding;
 extern void settings_init(void);
 extern void settings_check_retention_rule(int elevel);
 extern void settings_guard_alter_system(void);
+extern int	settings_pin_search_path(Oid schema);
 
 /* fingerprint.c */
 extern void fingerprint_bytes(const char *data, size_t len,

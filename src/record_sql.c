@@ -183,6 +183,9 @@ static Oid	record_relid = InvalidOid;
 /* The caller's memory context during an open bracket */
 static MemoryContext caller_context = NULL;
 
+/* The GUC nest level of the open bracket's pinned search_path */
+static int	pin_nestlevel = 0;
+
 /* Column c of the first row that the last statement returned */
 static Datum
 first_row_column(int c, bool *isnull)
@@ -259,7 +262,7 @@ prepare_plans(void)
 	 * disabled, and made again only after the table's relcache entry is
 	 * invalidated.
 	 */
-	nestlevel = NewGUCNestLevel();
+	nestlevel = settings_pin_search_path(schema);
 	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	for (int i = 0; i < NUM_PLANS; i++)
@@ -312,8 +315,10 @@ sql_distributed(Oid relid)
 }
 
 /*
- * Connect to SPI for a bracket of calls whose results go to caller, and
- * make sure every statement has its index plan.
+ * Connect to SPI for a bracket of calls whose results go to caller, make
+ * sure every statement has its index plan, and run them with the pinned
+ * search_path they were planned with (a plan made under another path would
+ * be made again).
  */
 void
 sql_open(MemoryContext caller)
@@ -333,11 +338,13 @@ sql_open(MemoryContext caller)
 			plans_valid = false;
 	if (!plans_valid)
 		prepare_plans();
+	pin_nestlevel = settings_pin_search_path(get_rel_namespace(record_relid));
 }
 
 void
 sql_close(void)
 {
+	AtEOXact_GUC(true, pin_nestlevel);
 	SPI_finish();
 	caller_context = NULL;
 }

@@ -18,6 +18,9 @@
  *   other setting's value is read from postgresql.conf and
  *   postgresql.auto.conf, as the next reload or restart will read it.
  *
+ * It also pins search_path around the SQL that idem's C code runs
+ * (settings_pin_search_path).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -26,7 +29,9 @@
 
 #include "nodes/parsenodes.h"
 #include "tcop/utility.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "idem.h"
@@ -282,4 +287,29 @@ settings_guard_alter_system(void)
 {
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = idem_process_utility;
+}
+
+/*
+ * Set search_path to "pg_catalog, <schema>, pg_temp" for the SQL that
+ * idem's C code runs on a caller's behalf, until AtEOXact_GUC() with the
+ * nest level returned (which may also undo other settings made at that
+ * level).  idem's C functions carry no SET clause: one would cost every
+ * call, and most calls run no SQL at all (record.c reaches the table
+ * directly), a change of search_path and back.  The statements name their
+ * objects with their schemas anyway; the pin keeps anything a caller's
+ * path holds (pg_temp first, say) out of the few names that cannot be
+ * qualified, such as the shard names Citus gives back.  An error in
+ * between gives the caller's path back with the (sub)transaction's abort.
+ */
+int
+settings_pin_search_path(Oid schema)
+{
+	int			nestlevel = NewGUCNestLevel();
+	char	   *path = psprintf("pg_catalog, %s, pg_temp",
+								quote_identifier(get_namespace_name(schema)));
+
+	(void) set_config_option("search_path", path, PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	pfree(path);
+	return nestlevel;
 }

@@ -52,6 +52,7 @@
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -444,16 +445,19 @@ binding_write(const char *sql_format, int nargs, Oid *argtypes,
 			  Datum *values)
 {
 	char	   *sql = psprintf(sql_format, binding_table_name());
+	int			nestlevel;
 	int			rc;
 	uint64		rows;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	nestlevel = settings_pin_search_path(get_rel_namespace(find_binding_relation()));
 	rc = SPI_execute_with_args(sql, nargs, argtypes, values, NULL, false, 0);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_with_args failed: %s",
 			 SPI_result_code_string(rc));
 	rows = SPI_processed;
+	AtEOXact_GUC(true, nestlevel);
 	SPI_finish();
 	return rows;
 }
