@@ -22,6 +22,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "idem.h"
@@ -70,8 +71,11 @@ purge_worker_nodes(void)
 {
 	uint64		total = 0;
 	bool		isnull;
+	int			nestlevel;
 	int			rc;
 
+	/* Citus's own SQL functions run under the caller's path otherwise */
+	nestlevel = settings_pin_search_path(InvalidOid);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	rc = SPI_execute("SELECT pg_catalog.citus_is_coordinator()", true, 1);
@@ -81,6 +85,7 @@ purge_worker_nodes(void)
 									SPI_tuptable->tupdesc, 1, &isnull)))
 	{
 		SPI_finish();
+		AtEOXact_GUC(true, nestlevel);
 		return 0;
 	}
 
@@ -109,6 +114,7 @@ purge_worker_nodes(void)
 		total += (uint64) pg_strtoint64(result);
 	}
 	SPI_finish();
+	AtEOXact_GUC(true, nestlevel);
 	return total;
 }
 

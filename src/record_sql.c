@@ -225,6 +225,24 @@ sql_extension_schema(void)
 	return DatumGetObjectId(first_row_column(1, &isnull));
 }
 
+/*
+ * The settings every statement of this file is planned and run with: the
+ * pinned search_path, and sequential scans off.  The plan cache re-plans a
+ * kept statement on its own when the search_path differs from the one it
+ * was planned with (the session's temporary schema, created after the
+ * plans were, joins the path), and it must then plan with sequential scans
+ * off too.  Returns the GUC nest level to end with AtEOXact_GUC().
+ */
+static int
+pin_settings(Oid schema)
+{
+	int			nestlevel = settings_pin_search_path(schema);
+
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	return nestlevel;
+}
+
 /* Prepare every statement against the extension's idem_record. */
 static void
 prepare_plans(void)
@@ -262,9 +280,7 @@ prepare_plans(void)
 	 * disabled, and made again only after the table's relcache entry is
 	 * invalidated.
 	 */
-	nestlevel = settings_pin_search_path(schema);
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	nestlevel = pin_settings(schema);
 	for (int i = 0; i < NUM_PLANS; i++)
 	{
 		StringInfoData sql;
@@ -316,9 +332,8 @@ sql_distributed(Oid relid)
 
 /*
  * Connect to SPI for a bracket of calls whose results go to caller, make
- * sure every statement has its index plan, and run them with the pinned
- * search_path they were planned with (a plan made under another path would
- * be made again).
+ * sure every statement has its index plan, and run them with the settings
+ * they were planned with (pin_settings).
  */
 void
 sql_open(MemoryContext caller)
@@ -338,7 +353,7 @@ sql_open(MemoryContext caller)
 			plans_valid = false;
 	if (!plans_valid)
 		prepare_plans();
-	pin_nestlevel = settings_pin_search_path(get_rel_namespace(record_relid));
+	pin_nestlevel = pin_settings(get_rel_namespace(record_relid));
 }
 
 void
@@ -764,8 +779,6 @@ run_purge_on_shard(Oid shard, Datum *values, const char *nulls)
 					 quote_qualified_identifier(schema, get_rel_name(shard)));
 
 	nestlevel = NewGUCNestLevel();
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("citus.enable_manual_changes_to_shards", "on",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);

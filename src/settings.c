@@ -290,8 +290,9 @@ settings_guard_alter_system(void)
 }
 
 /*
- * Set search_path to "pg_catalog, <schema>, pg_temp" for the SQL that
- * idem's C code runs on a caller's behalf, until AtEOXact_GUC() with the
+ * Set search_path to "pg_catalog, <schema>, pg_temp" (without a schema:
+ * "pg_catalog, pg_temp") for the SQL that idem's C code runs on a caller's
+ * behalf, until AtEOXact_GUC() with the
  * nest level returned (which may also undo other settings made at that
  * level).  idem's C functions carry no SET clause: one would cost every
  * call, and most calls run no SQL at all (record.c reaches the table
@@ -304,10 +305,19 @@ settings_guard_alter_system(void)
 int
 settings_pin_search_path(Oid schema)
 {
-	int			nestlevel = NewGUCNestLevel();
-	char	   *path = psprintf("pg_catalog, %s, pg_temp",
-								quote_identifier(get_namespace_name(schema)));
+	char	   *name = OidIsValid(schema) ? get_namespace_name(schema) : NULL;
+	char	   *path;
+	int			nestlevel;
 
+	if (OidIsValid(schema) && name == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_SCHEMA),
+				 errmsg("schema of extension \"idem\" does not exist"),
+				 errdetail("The extension was dropped while this call ran.")));
+	path = name != NULL ?
+		psprintf("pg_catalog, %s, pg_temp", quote_identifier(name)) :
+		pstrdup("pg_catalog, pg_temp");
+	nestlevel = NewGUCNestLevel();
 	(void) set_config_option("search_path", path, PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	pfree(path);

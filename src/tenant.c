@@ -427,16 +427,15 @@ role_from_arg(FunctionCallInfo fcinfo)
 	return roleid;
 }
 
-/* The binding table's qualified name, for the statements of idem_bind */
-static char *
-binding_table_name(void)
+/* The binding table, for the statements of idem_bind */
+static Oid
+binding_table(void)
 {
 	Oid			relid = find_binding_relation();
 
 	if (!OidIsValid(relid))
 		refuse_undetermined(NULL);
-	return quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
-									  get_rel_name(relid));
+	return relid;
 }
 
 /* Run one statement on idem_binding; returns the rows it changed */
@@ -444,14 +443,19 @@ static uint64
 binding_write(const char *sql_format, int nargs, Oid *argtypes,
 			  Datum *values)
 {
-	char	   *sql = psprintf(sql_format, binding_table_name());
+	Oid			relid = binding_table();
+	Oid			schema = get_rel_namespace(relid);
+	char	   *sql;
 	int			nestlevel;
 	int			rc;
 	uint64		rows;
 
+	nestlevel = settings_pin_search_path(schema);
+	sql = psprintf(sql_format,
+				   quote_qualified_identifier(get_namespace_name(schema),
+											  get_rel_name(relid)));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	nestlevel = settings_pin_search_path(get_rel_namespace(find_binding_relation()));
 	rc = SPI_execute_with_args(sql, nargs, argtypes, values, NULL, false, 0);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_with_args failed: %s",

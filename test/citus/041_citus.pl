@@ -311,6 +311,29 @@ is($coord->safe_psql('postgres', q{
 is($w1->safe_psql('postgres', 'SELECT idem_purge()'), '0',
 	'idem_purge() on a worker purges its own placements: nothing left');
 
+# idem_purge() on the coordinator under a hostile search_path: Citus's
+# run_command_on_workers(), which it calls, names master_run_on_worker()
+# without a schema, so idem pins the path around it
+$coord->safe_psql('postgres', q{
+	CREATE SCHEMA evil;
+	CREATE TABLE evil.calls (what text);
+	CREATE FUNCTION evil.master_run_on_worker(text[], integer[], text[], boolean,
+		OUT node_name text, OUT node_port integer, OUT success boolean,
+		OUT result text)
+	RETURNS SETOF record LANGUAGE sql AS $$
+		INSERT INTO evil.calls VALUES ('master_run_on_worker')
+		RETURNING 'evil'::text, 0, true, '1000'::text
+	$$;
+});
+$coord->psql('postgres', q{
+	SET search_path = evil, pg_catalog, public;
+	SELECT public.idem_purge();
+}, stdout => \my $hostile_purge);
+is($hostile_purge, '0', 'idem_purge() under a hostile search_path purges as before');
+is($coord->safe_psql('postgres', q{SELECT count(*) FROM evil.calls}), '0',
+	'and runs no function of the caller\'s search_path');
+$coord->safe_psql('postgres', q{DROP SCHEMA evil CASCADE});
+
 # every worker's background purge, of its own placements
 expire('b');
 for my $node ($w1, $w2)
