@@ -292,9 +292,8 @@ settings_guard_alter_system(void)
 /*
  * Set search_path to "pg_catalog, <schema>, pg_temp" (without a schema:
  * "pg_catalog, pg_temp") for the SQL that idem's C code runs on a caller's
- * behalf, until AtEOXact_GUC() with the
- * nest level returned (which may also undo other settings made at that
- * level).  idem's C functions carry no SET clause: one would cost every
+ * behalf, until AtEOXact_GUC() with the nest level returned (which also
+ * undoes other settings made at that level).  idem's C functions carry no SET clause: one would cost every
  * call, and most calls run no SQL at all (record.c reaches the table
  * directly), a change of search_path and back.  The statements name their
  * objects with their schemas anyway; the pin keeps anything a caller's
