@@ -44,7 +44,7 @@ my ($ret, $out, $err) = $node->psql('app',
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/ERROR:  42501: permission denied for idem tenant "acme"\nDETAIL:  The tenant bindings of extension "idem" cannot be read in this database\./,
 	'before ALTER EXTENSION UPDATE every call is refused with 42501');
-$node->safe_psql('app', q{ALTER EXTENSION idem UPDATE TO '0.2.0'});
+$node->safe_psql('app', q{ALTER EXTENSION idem UPDATE});
 is($node->safe_psql('app', q{SELECT role, tenant FROM idem_binding ORDER BY role::text}),
 	"app_acme|acme\napp_db|initech",
 	'the upgrade binds the roles that idem.tenant bound in this database');
@@ -75,7 +75,7 @@ my $catalog = q{
 	  FROM pg_extension WHERE extname = 'idem'
 	ORDER BY 1};
 is($node->safe_psql('app', $catalog), $node->safe_psql('fresh', $catalog),
-	'an upgraded 0.1.0 has the catalog of a fresh 0.2.0');
+	'an upgraded 0.1.0 has the catalog of a fresh install');
 
 $node->safe_psql('app', q{
 	SELECT idem_claim('acme', 'POST /orders', 'a1');

@@ -1,0 +1,575 @@
+/* idem--0.3.0.sql: the record table and the SQL-callable API of idem */
+
+\echo Use "CREATE EXTENSION idem" to load this file. \quit
+
+/*
+ * One row per (tenant, endpoint, key).  The key columns use the "C"
+ * collation: equality is then plain byte comparison, which is both what an
+ * idempotency key means and immune to collation-library upgrades.  The
+ * fillfactor leaves room on each page so that finishing a claim, which
+ * changes no indexed column, is a HOT update.
+ */
+CREATE TABLE idem_record (
+	tenant				text COLLATE "C" NOT NULL,
+	endpoint			text COLLATE "C" NOT NULL,
+	key					text COLLATE "C" NOT NULL,
+	state				text NOT NULL
+		CHECK (state IN ('pending', 'succeeded', 'failed')),
+	retryable			boolean NOT NULL DEFAULT false,
+	fingerprint			bytea CHECK (octet_length(fingerprint) = 32),
+	status				integer CHECK (status BETWEEN 100 AND 599),
+	body				bytea,
+	attempt				integer NOT NULL CHECK (attempt >= 1),
+	created_at			timestamptz NOT NULL,
+	claimed_at			timestamptz NOT NULL,
+	lease_expires_at	timestamptz NOT NULL,
+	finished_at			timestamptz,
+	expires_at			timestamptz NOT NULL,
+	headers				jsonb CHECK (jsonb_typeof(headers) = 'object')
+) WITH (fillfactor = 70);
+
+CREATE UNIQUE INDEX idem_record_key ON idem_record (tenant, endpoint, key);
+CREATE INDEX idem_record_expires ON idem_record (expires_at);
+
+COMMENT ON TABLE idem_record IS
+	'idempotency records: one per tenant, endpoint and key';
+COMMENT ON COLUMN idem_record.state IS
+	'pending (claimed, not finished), succeeded or failed';
+COMMENT ON COLUMN idem_record.retryable IS
+	'for a failed record: true when the next claim may execute again (a system error or a release)';
+COMMENT ON COLUMN idem_record.fingerprint IS
+	'SHA-256 of the request fingerprint given to the first claim';
+COMMENT ON COLUMN idem_record.headers IS
+	'the response headers to replay, a JSON object of strings or arrays of strings; NULL when none';
+COMMENT ON COLUMN idem_record.attempt IS
+	'the fencing token: one more for each re-claim, above every attempt of the key''s deleted records';
+COMMENT ON COLUMN idem_record.lease_expires_at IS
+	'when a committed pending claim stops being in_progress and becomes unknown';
+
+/* pg_dump keeps the records: they are data, not configuration we recreate */
+SELECT pg_catalog.pg_extension_config_dump('idem_record', '');
+
+REVOKE ALL ON idem_record FROM PUBLIC;
+
+/*
+ * The tenant bindings: a role listed here, and every role that is a member
+ * of it, may touch only its tenant's records (src/tenant.c has the rules).
+ * Written by the superuser-only idem_bind() and idem_unbind(); dumped by
+ * pg_dump, role names and all, but for bindings of roles dropped since.
+ * Any change, however made, invalidates every backend's cached bindings.
+ */
+CREATE TABLE idem_binding (
+	role				regrole PRIMARY KEY,
+	tenant				text COLLATE "C" NOT NULL
+		CHECK (octet_length(tenant) BETWEEN 1 AND 255)
+);
+
+COMMENT ON TABLE idem_binding IS
+	'tenant bindings: each role may touch only its tenant; change with idem_bind() and idem_unbind()';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_binding',
+	'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles r'
+	' WHERE r.oid OPERATOR(pg_catalog.=) idem_binding.role)');
+
+REVOKE ALL ON idem_binding FROM PUBLIC;
+
+CREATE FUNCTION idem_binding_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_binding_changed'
+LANGUAGE C;
+
+REVOKE ALL ON FUNCTION idem_binding_changed() FROM PUBLIC;
+
+CREATE TRIGGER idem_binding_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem_binding
+	FOR EACH STATEMENT EXECUTE FUNCTION idem_binding_changed();
+
+CREATE FUNCTION idem_bind(role regrole, tenant text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_bind'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_unbind(role regrole)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_unbind'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION idem_bind(regrole, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_unbind(regrole) FROM PUBLIC;
+
+CREATE FUNCTION idem_tenant()
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_tenant'
+LANGUAGE C STABLE;
+
+COMMENT ON FUNCTION idem_bind(regrole, text) IS
+	'bind a role to a tenant: it and its members may touch no other (superuser only)';
+COMMENT ON FUNCTION idem_unbind(regrole) IS
+	'drop a role''s tenant binding; returns whether it had one (superuser only)';
+COMMENT ON FUNCTION idem_tenant() IS
+	'the tenant this call is bound to, NULL when unbound';
+
+/*
+ * The fencing floor: for each of 4096 buckets of keys (by hash of the key),
+ * the highest attempt of any record of that bucket that was ever deleted
+ * (purged, forgotten, or deleted by hand).  A key's new record starts above
+ * its bucket's floor, so a fencing token given out before a purge is never
+ * valid again for the same key.  A trigger raises it, whatever deletes.
+ */
+CREATE TABLE idem_attempt_floor (
+	bucket				integer PRIMARY KEY CHECK (bucket BETWEEN 0 AND 4095),
+	attempt				integer NOT NULL CHECK (attempt >= 1)
+);
+
+COMMENT ON TABLE idem_attempt_floor IS
+	'per bucket of keys, the highest attempt of a deleted record: new records start above it';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_attempt_floor', '');
+
+REVOKE ALL ON idem_attempt_floor FROM PUBLIC;
+
+/*
+ * The trigger runs as the owner, the one function of the extension that
+ * does: a role a DBA granted DELETE on idem_record (which row-level security
+ * then lets delete nothing) must not make every DELETE fail on the floor.
+ */
+CREATE FUNCTION idem_record_forgotten()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	-- in bucket order, so that two deleting transactions never deadlock
+	INSERT INTO idem_attempt_floor AS f (bucket, attempt)
+		SELECT hashtext(forgotten.key) & 4095, max(forgotten.attempt)
+		  FROM forgotten GROUP BY 1 ORDER BY 1
+	ON CONFLICT (bucket) DO UPDATE SET attempt = excluded.attempt
+		WHERE f.attempt < excluded.attempt;
+	RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION idem_record_forgotten() FROM PUBLIC;
+
+CREATE TRIGGER idem_record_forgotten AFTER DELETE ON idem_record
+	REFERENCING OLD TABLE AS forgotten
+	FOR EACH STATEMENT EXECUTE FUNCTION idem_record_forgotten();
+
+/*
+ * Row-level security from the same bindings: a bound role that a DBA
+ * grants SELECT on the table still sees only its tenant's rows (the
+ * binding comes from the backend's cache; no subquery, which Citus refuses
+ * in a policy of a distributed table), and, with no policy for writes, can
+ * change none even if granted.  The API functions check the binding
+ * themselves and read and write the table as its owner, whom row-level
+ * security does not restrict.
+ */
+ALTER TABLE idem_record ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idem_record_tenant ON idem_record FOR SELECT
+	USING (tenant OPERATOR(pg_catalog.=)
+		   coalesce(@extschema@.idem_tenant(), tenant) COLLATE "C");
+
+/*
+ * The API.  Every function runs as its caller, so that the tenant binding
+ * sees who calls; the C code reads and writes idem_record as its owner, who
+ * alone may touch it.  None is SECURITY DEFINER, and none has a SET clause:
+ * most calls run no SQL (the table is read and written directly), and the
+ * statements the C code does run name every object and operator with its
+ * schema and run under a search_path that the C code pins for them
+ * (pg_catalog, this schema, pg_temp).
+ */
+CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
+						   fingerprint bytea DEFAULT NULL,
+						   wait boolean DEFAULT false,
+						   lease interval DEFAULT NULL,
+						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
+						   OUT outcome text, OUT status integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
+						   OUT created_at timestamptz,
+						   OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_claim'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
+						   fingerprint text,
+						   wait boolean DEFAULT false,
+						   lease interval DEFAULT NULL,
+						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
+						   OUT outcome text, OUT status integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
+						   OUT created_at timestamptz,
+						   OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_claim_text'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_claim(tenant text, endpoint text, key text,
+						   fingerprint jsonb,
+						   wait boolean DEFAULT false,
+						   lease interval DEFAULT NULL,
+						   retention interval DEFAULT NULL,
+						   wait_timeout interval DEFAULT NULL,
+						   OUT outcome text, OUT status integer,
+						   OUT body bytea, OUT headers jsonb,
+						   OUT attempt integer,
+						   OUT created_at timestamptz,
+						   OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_claim_jsonb'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body bytea,
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body text,
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_complete(tenant text, endpoint text, key text,
+							  status integer, body jsonb,
+							  attempt integer DEFAULT NULL,
+							  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete_jsonb'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body bytea,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body text,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_fail(tenant text, endpoint text, key text,
+						  status integer, body jsonb,
+						  retryable boolean DEFAULT false,
+						  attempt integer DEFAULT NULL,
+						  headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail_jsonb'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
+							fingerprint bytea DEFAULT NULL,
+							OUT outcome text, OUT status integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
+							OUT created_at timestamptz,
+							OUT expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_replay'
+LANGUAGE C STABLE ROWS 1;
+
+CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
+							fingerprint text,
+							OUT outcome text, OUT status integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
+							OUT created_at timestamptz,
+							OUT expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_replay_text'
+LANGUAGE C STABLE ROWS 1;
+
+CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
+							fingerprint jsonb,
+							OUT outcome text, OUT status integer,
+							OUT body bytea, OUT headers jsonb,
+							OUT attempt integer,
+							OUT created_at timestamptz,
+							OUT expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_replay_jsonb'
+LANGUAGE C STABLE ROWS 1;
+
+CREATE FUNCTION idem_release(tenant text, endpoint text, key text,
+							 attempt integer DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_release'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_purge()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_purge'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION idem_purge() FROM PUBLIC;
+
+/* Operator tools: not for PUBLIC; both honour the tenant binding */
+CREATE FUNCTION idem_list(tenant text, endpoint text DEFAULT NULL,
+						  with_body boolean DEFAULT false,
+						  max_rows integer DEFAULT 100)
+RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
+			   status integer, attempt integer, created_at timestamptz,
+			   claimed_at timestamptz, lease_expires_at timestamptz,
+			   finished_at timestamptz, expires_at timestamptz, body bytea,
+			   headers jsonb)
+AS 'MODULE_PATHNAME', 'idem_list'
+LANGUAGE C STABLE;
+
+CREATE FUNCTION idem_forget(tenant text, endpoint text, key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_forget'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION idem_list(text, text, boolean, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_forget(text, text, text) FROM PUBLIC;
+
+/*
+ * Counters of what idem did, per database, kept in shared memory since the
+ * server started or idem_stats_reset() was called.  They need idem in
+ * shared_preload_libraries; without it, reading them is an error that says
+ * so.  Readable by pg_monitor.
+ */
+CREATE FUNCTION idem_stats_read(OUT datid oid,
+								OUT claims_claimed bigint,
+								OUT claims_replay bigint,
+								OUT claims_in_progress bigint,
+								OUT claims_mismatch bigint,
+								OUT claims_unknown bigint,
+								OUT completes bigint,
+								OUT fails bigint,
+								OUT fails_retryable bigint,
+								OUT releases bigint,
+								OUT purged bigint,
+								OUT last_purge timestamptz,
+								OUT last_purge_ms double precision,
+								OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats_read'
+LANGUAGE C VOLATILE;
+
+CREATE VIEW idem_stats AS
+	SELECT s.datid, d.datname,
+		   s.claims_claimed, s.claims_replay, s.claims_in_progress,
+		   s.claims_mismatch, s.claims_unknown,
+		   s.completes, s.fails, s.fails_retryable, s.releases,
+		   s.purged, s.last_purge, s.last_purge_ms, s.stats_reset
+	  FROM idem_stats_read() s
+	  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.datid;
+
+CREATE FUNCTION idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION idem_stats_read() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_stats_reset() FROM PUBLIC;
+REVOKE ALL ON idem_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idem_stats_read() TO pg_monitor;
+GRANT SELECT ON idem_stats TO pg_monitor;
+
+COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval, interval) IS
+	'claim a key before executing a request: claimed, replay, in_progress, mismatch or unknown';
+COMMENT ON FUNCTION idem_complete(text, text, text, integer, bytea, integer, jsonb) IS
+	'finish a pending claim with the response to replay';
+COMMENT ON FUNCTION idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) IS
+	'finish a pending claim as failed: replayed, or re-executable when retryable';
+COMMENT ON FUNCTION idem_replay(text, text, text, bytea) IS
+	'read-only look-up of what a claim would answer, without claiming';
+COMMENT ON FUNCTION idem_release(text, text, text, integer) IS
+	'drop a pending claim so that the next claim executes again';
+COMMENT ON FUNCTION idem_purge() IS
+	'delete expired records now; returns how many';
+COMMENT ON FUNCTION idem_list(text, text, boolean, integer) IS
+	'operator listing of one tenant''s records, bodies only if asked';
+COMMENT ON FUNCTION idem_forget(text, text, text) IS
+	'operator tool: delete one key''s record whatever its state';
+COMMENT ON VIEW idem_stats IS
+	'what idem did per database since the server started or idem_stats_reset()';
+COMMENT ON FUNCTION idem_stats_reset() IS
+	'zero the idem_stats counters of every database';
+
+/* issue 14: Citus */
+
+/*
+ * The unique key identifies a row for logical replication: UPDATEs and
+ * DELETEs of idem_record can be published, and Citus moves its shards
+ * online (citus_move_shard_placement, the rebalancer) instead of blocking
+ * writes for the length of the copy.
+ */
+ALTER TABLE idem_record REPLICA IDENTITY USING INDEX idem_record_key;
+
+/*
+ * idem_distribute(): on the Citus coordinator, distribute idem_record by
+ * tenant and hand every per-key function to Citus, co-located with it and
+ * with force_delegation, so that a call (and the rest of its transaction)
+ * runs on the node that holds the tenant's shard: the claim, its key lock,
+ * its row and the caller's business rows of that tenant all on one node,
+ * under one connection.  The functions are the extension's functions of the
+ * names in per_key_functions, every signature: a change of arguments needs
+ * no change here.  Safe to call again, e.g. after ALTER EXTENSION idem
+ * UPDATE, which may replace functions.  Citus must be installed; written in
+ * PL/pgSQL because it only calls Citus's own SQL functions.
+ */
+CREATE FUNCTION idem_distribute()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	per_key_functions CONSTANT name[] := ARRAY['idem_claim', 'idem_complete',
+		'idem_fail', 'idem_replay', 'idem_release', 'idem_forget', 'idem_list'];
+	records regclass;
+	fn regprocedure;
+BEGIN
+	IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user) THEN
+		RAISE EXCEPTION 'permission denied for function idem_distribute'
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'Only a superuser may distribute idem''s records.';
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+		RAISE EXCEPTION 'extension "citus" is not installed in database "%"',
+			current_database()
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Put citus first in shared_preload_libraries on every node, run CREATE EXTENSION citus and add the worker nodes, then call idem_distribute() again.';
+	END IF;
+	IF NOT citus_is_coordinator() THEN
+		RAISE EXCEPTION 'idem_distribute() must run on the Citus coordinator'
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+
+	SELECT format('%s.idem_record', e.extnamespace::regnamespace)::regclass
+	  INTO records
+	  FROM pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
+	IF NOT EXISTS (SELECT FROM pg_dist_partition
+				    WHERE logicalrelid OPERATOR(pg_catalog.=) records) THEN
+		-- the records move into the shards; the shell keeps no copy.  The
+		-- fencing floor's trigger goes with them to every shard, where it
+		-- raises the floor of the node that holds the shard (Citus calls a
+		-- trigger on a distributed table unsafe, and asks for consent).
+		PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
+		PERFORM create_distributed_table(records, 'tenant');
+		PERFORM truncate_local_data_after_distributing_table(records);
+	END IF;
+
+	FOR fn IN
+		SELECT p.oid::regprocedure
+		  FROM pg_proc p
+		  JOIN pg_depend d
+			ON d.classid OPERATOR(pg_catalog.=) 'pg_proc'::regclass
+		   AND d.objid OPERATOR(pg_catalog.=) p.oid
+		   AND d.deptype OPERATOR(pg_catalog.=) 'e'
+		   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_extension'::regclass
+		   AND d.refobjid OPERATOR(pg_catalog.=) (SELECT oid FROM pg_extension
+								   WHERE extname OPERATOR(pg_catalog.=) 'idem')
+		 WHERE p.proname OPERATOR(pg_catalog.=) ANY (per_key_functions)
+		 ORDER BY p.oid::regprocedure::text
+	LOOP
+		PERFORM create_distributed_function(fn, '$1',
+											colocate_with => records::text,
+											force_delegation => true);
+	END LOOP;
+END
+$$;
+
+REVOKE ALL ON FUNCTION idem_distribute() FROM PUBLIC;
+
+/*
+ * idem_stats of every node of a Citus cluster, for this database: one row
+ * per node (run_command_on_all_nodes), and the sum over the nodes.  A node
+ * that cannot answer makes the call fail, naming it.
+ */
+CREATE FUNCTION idem_stats_nodes(OUT nodeid integer, OUT datid oid,
+								 OUT datname name,
+								 OUT claims_claimed bigint,
+								 OUT claims_replay bigint,
+								 OUT claims_in_progress bigint,
+								 OUT claims_mismatch bigint,
+								 OUT claims_unknown bigint,
+								 OUT completes bigint, OUT fails bigint,
+								 OUT fails_retryable bigint,
+								 OUT releases bigint, OUT purged bigint,
+								 OUT last_purge timestamptz,
+								 OUT last_purge_ms double precision,
+								 OUT stats_reset timestamptz)
+RETURNS SETOF record
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	stats text;
+	answer record;
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+		RAISE EXCEPTION 'extension "citus" is not installed in database "%"',
+			current_database()
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Without Citus, read idem_stats.';
+	END IF;
+	SELECT format('%s.idem_stats', e.extnamespace::regnamespace) INTO stats
+	  FROM pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
+	FOR answer IN
+		SELECT * FROM run_command_on_all_nodes(format(
+			'SELECT pg_catalog.json_agg(s) FROM %s s'
+			' WHERE s.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()',
+			stats))
+	LOOP
+		IF NOT answer.success THEN
+			RAISE EXCEPTION 'could not read idem_stats on Citus node %', answer.nodeid
+				USING ERRCODE = 'connection_failure',
+					  DETAIL = format('The node answered: %s', answer.result);
+		END IF;
+		RETURN QUERY EXECUTE format(
+			'SELECT $1, s.datid, s.datname, s.claims_claimed, s.claims_replay,'
+			' s.claims_in_progress, s.claims_mismatch, s.claims_unknown,'
+			' s.completes, s.fails, s.fails_retryable, s.releases, s.purged,'
+			' s.last_purge, s.last_purge_ms, s.stats_reset'
+			' FROM pg_catalog.json_populate_recordset(NULL::%s, $2::pg_catalog.json) s',
+			stats)
+			USING answer.nodeid, answer.result;
+	END LOOP;
+END
+$$;
+
+CREATE VIEW idem_stats_cluster AS
+	SELECT pg_catalog.count(*)::integer AS nodes,
+		   pg_catalog.sum(claims_claimed)::bigint AS claims_claimed,
+		   pg_catalog.sum(claims_replay)::bigint AS claims_replay,
+		   pg_catalog.sum(claims_in_progress)::bigint AS claims_in_progress,
+		   pg_catalog.sum(claims_mismatch)::bigint AS claims_mismatch,
+		   pg_catalog.sum(claims_unknown)::bigint AS claims_unknown,
+		   pg_catalog.sum(completes)::bigint AS completes,
+		   pg_catalog.sum(fails)::bigint AS fails,
+		   pg_catalog.sum(fails_retryable)::bigint AS fails_retryable,
+		   pg_catalog.sum(releases)::bigint AS releases,
+		   pg_catalog.sum(purged)::bigint AS purged,
+		   pg_catalog.max(last_purge) AS last_purge
+	  FROM idem_stats_nodes();
+
+REVOKE ALL ON FUNCTION idem_stats_nodes() FROM PUBLIC;
+REVOKE ALL ON idem_stats_cluster FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idem_stats_nodes() TO pg_monitor;
+GRANT SELECT ON idem_stats_cluster TO pg_monitor;
+
+COMMENT ON FUNCTION idem_distribute() IS
+	'on the Citus coordinator: distribute idem_record by tenant and delegate the per-key functions to its shards';
+COMMENT ON FUNCTION idem_stats_nodes() IS
+	'on Citus: idem_stats of this database on every node';
+COMMENT ON VIEW idem_stats_cluster IS
+	'on Citus: idem_stats of this database summed over every node';
