@@ -8,9 +8,17 @@ if [ -z "${PG_MAJOR:-}" ]; then
 		sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p') || true
 	PG_MAJOR=${PG_MAJOR:-15}
 fi
-PACKAGES="make gcc postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
-postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl
-libipc-run-perl pgbouncer"
+# The server and its headers come from Debian's packages, unless PG_CONFIG
+# names a PostgreSQL built from source (test/matrix.sh builds 16 so, since
+# no Debian suite ships it): then only the test tools are Debian's.
+pg_from_source() {
+	local bin
+	bin=$(${PG_CONFIG:-pg_config} --bindir 2>/dev/null) || return 1
+	! dpkg-query -S "$bin/postgres" >/dev/null 2>&1
+}
+PACKAGES="make gcc libtap-parser-sourcehandler-pgtap-perl libipc-run-perl pgbouncer"
+pg_from_source || PACKAGES="$PACKAGES postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
+postgresql-$PG_MAJOR-pgtap"
 
 say() { printf 'idem: %s\n' "$*"; }
 
@@ -25,7 +33,7 @@ ensure_packages() {
 			continue
 		# pgTAP installed some other way (test/matrix.sh, for 19) serves too
 		[ "$p" = "postgresql-$PG_MAJOR-pgtap" ] &&
-			[ -f "/usr/share/postgresql/$PG_MAJOR/extension/pgtap.control" ] &&
+			[ -f "$(${PG_CONFIG:-pg_config} --sharedir 2>/dev/null)/extension/pgtap.control" ] &&
 			continue
 		missing+=("$p")
 	done
@@ -110,17 +118,39 @@ run_as_postgres() {
 	return $rc
 }
 
-# Citus, for the citus suite (test/citus/): where its source tarball and
+# Citus, for the citus suite (test/citus/): where its source tarballs and
 # the cache of its build are (test/citus/build.sh builds it).
 CITUS_CACHE=${IDEM_TEST_CITUS_CACHE:-/var/tmp/idem-citus/$PG_MAJOR}
 CITUS_TARBALL_GLOB=${IDEM_TEST_CITUS_TARBALL:-$PWD/../shared/vendor/citus-*.tar.gz}
-# the PostgreSQL majors that the vendored Citus (13.2) supports
-CITUS_MAJORS="15 16 17"
 CITUS_PACKAGES="liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev
 libxslt1-dev libpam0g-dev libssl-dev libreadline-dev"
 
-# citus_locate: set CITUS_TARBALL to the newest tarball there is
+# citus_majors TARBALL: the PostgreSQL majors that a Citus source supports,
+# as its own configure script lists them
+citus_majors() {
+	tar -xzOf "$1" --wildcards '*/configure' 2>/dev/null |
+		sed -n "s/^elif test \"\$version_num\" != .*; then$/&/p" |
+		grep -oE "'[0-9]+'" | tr -d "'" | tr '\n' ' ' | sed 's/ $//'
+}
+
+# citus_locate: set CITUS_TARBALL to the newest tarball that supports
+# PG_MAJOR; else return 1 with CITUS_SKIP saying why (no tarball, or none
+# for this major)
 citus_locate() {
-	CITUS_TARBALL=$(ls $CITUS_TARBALL_GLOB 2>/dev/null | sort -V | tail -n 1)
-	[ -n "$CITUS_TARBALL" ] && [ -f "$CITUS_TARBALL" ]
+	local t found=
+	CITUS_TARBALL=
+	for t in $(ls $CITUS_TARBALL_GLOB 2>/dev/null | sort -V -r); do
+		[ -f "$t" ] || continue
+		found=1
+		if [[ " $(citus_majors "$t") " == *" $PG_MAJOR "* ]]; then
+			CITUS_TARBALL=$t
+			return 0
+		fi
+	done
+	if [ -n "$found" ]; then
+		CITUS_SKIP="no Citus release here supports PostgreSQL $PG_MAJOR"
+	else
+		CITUS_SKIP="no Citus source"
+	fi
+	return 1
 }

@@ -5,23 +5,34 @@
 #
 #   major  Debian suite
 #   15     bookworm
+#   16     trixie, the server built from ../shared/vendor/postgresql-16.*
 #   17     trixie
 #   18     sid
 #   19     sid, with the server from experimental (release candidate)
 #
-# (16 is in no Debian suite.)  Usage, as root:
+# No Debian suite ships 16, so its server is built inside the trixie chroot
+# from the vendored source tree (configure --enable-tap-tests; the
+# isolation tester and the TAP modules installed where PGXS finds them),
+# into /opt/postgresql-16 there, once: a stamp holds the tarball's
+# checksum, and a new tarball means a new build (about 3 minutes here).
+# The Citus tarballs of ../shared/vendor are copied in, so that the Citus
+# suite runs on every major a vendored Citus supports (test/citus/build.sh
+# picks the newest that does, and caches its build in the chroot); a major
+# that none supports says so on its line.  Usage, as root:
 #
-#   make test-matrix PG_MAJORS="17 18 19"
+#   make test-matrix PG_MAJORS="16 17 18 19"
 #
 # The chroots live under $IDEM_MATRIX_DIR (/var/tmp/idem-matrix) and are
 # kept: the first run of a suite debootstraps it and installs the packages
 # (about 1.5 minutes each here), later runs reuse it.  Each chroot takes
-# about 2 GB.  Where Debian has no pgTAP package for a major (19), pgTAP's
-# SQL files come from the previous major's package.  The tree is copied in as git sees it
+# about 2 GB.  Where Debian has no pgTAP package for a major (16, 19),
+# pgTAP's SQL files come from a neighbouring major's package.  The tree is copied in as git sees it
 # (tracked files and untracked ones that are not ignored), so uncommitted
 # changes are tested.  It ends with one line per major:
 #
-#   pg17: build ok, 170 passed, 0 failed (212 s)
+#   pg17: build ok, 753 passed, 0 failed, 0 skipped, Citus 14.0.1 (212 s)
+#   pg19: build ok, 715 passed, 0 failed, 1 skipped (citus: no Citus
+#         release here supports PostgreSQL 19) (160 s)
 #
 # and exits non-zero if a build or a test failed.  Logs stay in
 # $IDEM_MATRIX_DIR/logs.  The suite selectors of test/run.sh
@@ -54,10 +65,25 @@ fi
 suite_of() {
 	case $1 in
 	15) echo bookworm ;;
-	17) echo trixie ;;
+	16 | 17) echo trixie ;;
 	18 | 19) echo sid ;;
 	*) return 1 ;;
 	esac
+}
+
+VENDOR=$PWD/../shared/vendor
+# the vendored source tree of a major no Debian suite ships, if any
+source_of() {
+	ls "$VENDOR"/postgresql-"$1".*.tar.* 2>/dev/null | sort -V | tail -n 1
+}
+
+# pg_config_of SUITE_DIR MAJOR: the major's pg_config inside the chroot
+pg_config_of() {
+	if [ -n "$(source_of "$2")" ]; then
+		echo "/opt/postgresql-$2/bin/pg_config"
+	else
+		echo "/usr/lib/postgresql/$2/bin/pg_config"
+	fi
 }
 
 # run a command inside chroot $1 with a clean environment
@@ -126,7 +152,11 @@ prepare() {
 			printf 'deb %s experimental main\n' "$MIRROR" >"$dir/etc/apt/sources.list.d/experimental.list"
 		fi
 	fi
-	if [ ! -e "$dir/.idem-pg$major" ]; then
+	local src
+	src=$(source_of "$major")
+	if [ -n "$src" ]; then
+		build_source "$dir" "$major" "$src" || return 1
+	elif [ ! -e "$dir/.idem-pg$major" ]; then
 		say "pg$major: installing PostgreSQL $major and the test tools in $suite"
 		inside "$dir" sh -c "$APT update && $APT install make gcc libc6-dev \
 			libtap-parser-sourcehandler-pgtap-perl libipc-run-perl \
@@ -145,6 +175,51 @@ prepare() {
 		inside "$dir" apt-get clean
 		touch "$dir/.idem-pg$major"
 	fi
+	# the Citus sources, for the Citus suite (test/citus/build.sh)
+	mkdir -p "$dir/build/shared/vendor"
+	local t
+	for t in "$VENDOR"/citus-*.tar.gz; do
+		[ -f "$t" ] || continue
+		cmp -s "$t" "$dir/build/shared/vendor/${t##*/}" || cp "$t" "$dir/build/shared/vendor/"
+	done
+}
+
+# build_source DIR MAJOR TARBALL: PostgreSQL MAJOR built from TARBALL into
+# /opt/postgresql-MAJOR of the chroot DIR, with what the suites need beside
+# the server: the isolation tester and the TAP modules (PGXS finds both
+# under lib/pgxs/src/test), and pgTAP's SQL files from the neighbouring
+# major's Debian package.  Skipped when the stamp names this tarball's
+# checksum.
+build_source() {
+	local dir=$1 major=$2 tarball=$3 prefix=/opt/postgresql-$2 sum
+	sum=$(sha256sum "$tarball" | cut -d' ' -f1)
+	if [ -f "$dir$prefix/.idem-source" ] && [ "$(cat "$dir$prefix/.idem-source")" = "$sum" ]; then
+		return 0
+	fi
+	say "pg$major: building $(basename "$tarball") into $prefix in the chroot"
+	inside "$dir" sh -c "$APT update && $APT install make gcc libc6-dev \
+		bison flex pkg-config zlib1g-dev perl \
+		libtap-parser-sourcehandler-pgtap-perl libipc-run-perl \
+		nodejs npm pgbouncer postgresql-common" || return 1
+	rm -rf "$dir/build/pgsrc" "$dir$prefix"
+	mkdir -p "$dir/build/pgsrc"
+	tar -xf "$tarball" -C "$dir/build/pgsrc" || return 1
+	local t0=$SECONDS
+	inside "$dir" sh -c "set -e; cd /build/pgsrc/postgresql-*/
+		./configure --prefix=$prefix --enable-tap-tests --without-readline --without-icu
+		make -j$(nproc) && make install
+		make -C src/test/isolation install && make -C src/test/perl install" || return 1
+	say "pg$major: built in $((SECONDS - t0)) s"
+	local near=$((major + 1)) share
+	share=$(inside "$dir" "$prefix/bin/pg_config" --sharedir)
+	inside "$dir" sh -c "set -e; rm -rf /build/pgtap && mkdir -p /build/pgtap && cd /build/pgtap
+		apt-get -q -o Acquire::Check-Valid-Until=false download postgresql-$near-pgtap
+		dpkg-deb -x postgresql-*-pgtap_*.deb x
+		cp x/usr/share/postgresql/$near/extension/pgtap* $share/extension/
+		cd / && rm -rf /build/pgtap" || return 1
+	rm -rf "$dir/build/pgsrc"
+	inside "$dir" apt-get clean
+	echo "$sum" >"$dir$prefix/.idem-source"
 }
 
 summary=()
@@ -166,7 +241,7 @@ for major in $MAJORS; do
 		unmount_all
 		continue
 	fi
-	pg_config=/usr/lib/postgresql/$major/bin/pg_config
+	pg_config=$(pg_config_of "$dir" "$major")
 	say "pg$major: $(inside "$dir" "$pg_config" --version) from $suite"
 
 	work=/build/idem
@@ -188,7 +263,8 @@ for major in $MAJORS; do
 
 	result="0 passed, 1 failed (not run)"
 	selectors=
-	for v in IDEM_TEST_SUITES IDEM_TEST_REGRESS IDEM_TEST_ISOLATION IDEM_TEST_TAP; do
+	for v in IDEM_TEST_SUITES IDEM_TEST_REGRESS IDEM_TEST_ISOLATION IDEM_TEST_TAP \
+		IDEM_TEST_CITUS IDEM_TEST_REQUIRE_CITUS; do
 		[ -n "${!v:-}" ] && selectors+="$v='${!v}' "
 	done
 	if [ $build = ok ]; then
@@ -197,10 +273,15 @@ for major in $MAJORS; do
 			IDEM_TEST_PORT=$port $selectors make test PG_CONFIG=$pg_config IDEM_CFLAGS='$CFLAGS'" \
 			>"$log-test.log" 2>&1
 		rc=$?
-		if line=$(grep -E '^idem: [0-9]+ passed, [0-9]+ failed$' "$log-test.log" | tail -n 1); then
+		if line=$(grep -E '^idem: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log-test.log" | tail -n 1); then
 			result=${line#idem: }
 		fi
-		if [ $rc != 0 ] || [[ $result != *" 0 failed" ]]; then
+		# the Citus tested, from the citus suite's own line
+		if citus=$(grep -oE '^idem: citus: citus-[0-9.]+\.tar\.gz' "$log-test.log" | tail -n 1); then
+			citus=${citus#idem: citus: citus-}
+			result+=", Citus ${citus%.tar.gz}"
+		fi
+		if [ $rc != 0 ] || [[ $result != *" 0 failed,"* ]]; then
 			status=1
 			grep -E 'FAILED|^not ok|Failed test|Dubious|failed$' "$log-test.log" | head -n 30
 		fi
