@@ -37,6 +37,12 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# Only what the server looks up by name is exported (src/compat.h): PGXS
+# hides the rest from PostgreSQL 16 on (CFLAGS_SL_MODULE), and so do we on 15
+ifeq ($(CFLAGS_SL_MODULE),)
+override CFLAGS += -fvisibility=hidden
+endif
+
 .PHONY: test test-matrix run stop memcheck bench
 
 test:

@@ -25,6 +25,34 @@
 #endif
 
 /*
+ * Symbol visibility.  From 16 on, PGXS builds modules with
+ * -fvisibility=hidden and PGDLLEXPORT marks what the server looks up by name
+ * (the SQL functions' pg_finfo_ records and entry points, the magic block,
+ * _PG_init, the background workers' main functions); the Makefile hides
+ * symbols on 15 too, so PGDLLEXPORT must mean the same there, and
+ * _PG_init is declared as 16's fmgr.h declares it.  Nothing else of idem is
+ * then visible to, or can be interposed by, another loaded library.
+ */
+#if PG_VERSION_NUM < 160000
+#include "fmgr.h"
+#undef PGDLLEXPORT
+#define PGDLLEXPORT __attribute__((visibility("default")))
+extern PGDLLEXPORT void _PG_init(void);
+/* 16's PG_FUNCTION_INFO_V1 exports the function, not only its info record */
+#undef PG_FUNCTION_INFO_V1
+#define PG_FUNCTION_INFO_V1(funcname) \
+extern PGDLLEXPORT Datum funcname(PG_FUNCTION_ARGS); \
+extern PGDLLEXPORT const Pg_finfo_record * CppConcat(pg_finfo_,funcname)(void); \
+const Pg_finfo_record * \
+CppConcat(pg_finfo_,funcname) (void) \
+{ \
+	static const Pg_finfo_record my_finfo = { 1 }; \
+	return &my_finfo; \
+} \
+extern int no_such_variable
+#endif
+
+/*
  * 18 replaced the pg_attribute_noreturn() suffix with a pg_noreturn prefix.
  */
 #ifndef pg_noreturn

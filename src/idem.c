@@ -16,8 +16,6 @@
 
 PG_MODULE_MAGIC;
 
-void		_PG_init(void);
-
 /*
  * Without shared_preload_libraries, idem only defines its settings and
  * checks ALTER SYSTEM in the sessions that load it: every SQL function
