@@ -101,6 +101,23 @@ else
 fi
 fi
 
+# the library exports only what the server looks up by name: the magic
+# block, _PG_init, the SQL functions of the install scripts with their
+# info records, and the background workers' idem_ functions
+if want version; then
+	entry=$(sed -n "s/.*'MODULE_PATHNAME', *'\([a-z_0-9]*\)'.*/\1/p" idem--*.sql | sort -u)
+	loose=$(nm -D --defined-only idem.so | awk '$2 ~ /[TDBRV]/ {print $3}' |
+		grep -vE '^(Pg_magic_func|_PG_init|idem_[a-z_]*_main|_init|_fini|_edata|_end|__bss_start)$' |
+		sed 's/^pg_finfo_//' | grep -vxF "$entry" | sort -u)
+	if [ -z "$loose" ]; then
+		say "exports: idem.so exports its entry points only"
+		passed=$((passed + 1))
+	else
+		say "exports: idem.so exports names that are no entry point: $(echo $loose)"
+		failed=$((failed + 1))
+	fi
+fi
+
 # count_regress LOG: add a pg_regress run's result to the totals
 count_regress() {
 	local log=$1 n
