@@ -175,6 +175,47 @@ settled_outcome(const IdemRecord *rec, const IdemFingerprint *fp,
 }
 
 /*
+ * now + span, for a claim's lease, retention or wait_timeout (name).  An
+ * interval that takes the sum out of timestamptz's range is a bad argument
+ * (22023), not the datetime overflow (22008) that timestamptz_pl_interval
+ * would raise, so it is refused before it is added.  The sum is estimated
+ * after each step of that addition (months, then days, then the time),
+ * counting a month as a twelfth of a Julian year: over the whole range the
+ * estimate is a few years off at most, and the margin is a century.  An
+ * infinite interval (PostgreSQL 17+) gives an infinite timestamp.
+ */
+static TimestampTz
+time_plus(TimestampTz now, Interval *span, const char *name)
+{
+	if (idem_interval_is_finite(span))
+	{
+		const double margin = 100 * DAYS_PER_YEAR * USECS_PER_DAY;
+		const double steps[3] = {
+			(double) span->month * (DAYS_PER_YEAR / MONTHS_PER_YEAR) * USECS_PER_DAY,
+			(double) span->day * USECS_PER_DAY,
+			(double) span->time
+		};
+		double		sum = (double) now;
+
+		for (int i = 0; i < 3; i++)
+		{
+			sum += steps[i];
+			if (sum < (double) MIN_TIMESTAMP + margin ||
+				sum > (double) END_TIMESTAMP - margin)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("%s %s is out of range", name,
+								DatumGetCString(DirectFunctionCall1(interval_out,
+																	PointerGetDatum(span)))),
+						 errdetail("Added to the current time, it leaves the range of timestamp with time zone.")));
+		}
+	}
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(now),
+												   PointerGetDatum(span)));
+}
+
+/*
  * The expiry of a claim made at now: the retention (the claim's own, or
  * idem.retention) after it, but never before its lease ends, so that a
  * record cannot be forgotten while its lease runs.
@@ -187,9 +228,7 @@ claim_expiry(TimestampTz now, Interval *retention,
 
 	if (retention != NULL)
 	{
-		expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-															 TimestampTzGetDatum(now),
-															 PointerGetDatum(retention)));
+		expires_at = time_plus(now, retention, "retention");
 		/* an infinite interval (PostgreSQL 17+) gives an infinite expiry */
 		if (TIMESTAMP_IS_NOBEGIN(expires_at) ||
 			(!TIMESTAMP_IS_NOEND(expires_at) &&
@@ -246,9 +285,7 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 
 	*own_claim = false;
 	if (lease != NULL)
-		lease_expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-																   TimestampTzGetDatum(now),
-																   PointerGetDatum(lease)));
+		lease_expires_at = time_plus(now, lease, "lease");
 	else
 		lease_expires_at = now + (TimestampTz) idem_lease * 1000;
 	if (lease_expires_at <= now)
@@ -363,9 +400,7 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 	require_primary("idem_claim()");
 	if (wait_timeout != NULL)
 	{
-		deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-														   TimestampTzGetDatum(now),
-														   PointerGetDatum(wait_timeout)));
+		deadline = time_plus(now, wait_timeout, "wait_timeout");
 		if (deadline < now)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
