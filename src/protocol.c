@@ -392,10 +392,11 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
  * Claim a key.  Without wait, or when the key is not held by a committed
  * pending claim of another transaction, that is one claim_once.  With wait,
  * a committed pending claim within its lease is waited for (wait.c) until
- * it is finished, or its lease or the caller's wait_timeout runs out, and
- * the key is then claimed again as of the time it woke: "replay", "claimed"
- * (it failed retryably or was released), "unknown" (its lease ran out), or
- * "in_progress" when wait_timeout passed first.
+ * it is finished, or its lease or the caller's wait_timeout runs out (or
+ * lock_timeout, an error), and the key is then claimed again as of the
+ * time it woke: "replay", "claimed" (it failed retryably or was released),
+ * "unknown" (its lease ran out), or "in_progress" when wait_timeout passed
+ * first.
  *
  * The intervals are checked here, before anything is looked at or waited
  * for; claim_once takes the times it writes again after every wait.
