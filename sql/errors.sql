@@ -69,6 +69,20 @@ SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'fenced', 200, 'b', attempt 
 SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', wait => NULL)$$);
 SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', lease => '0 s')$$);
 SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', lease => '-1 min')$$);
+-- intervals that leave timestamptz's range are bad arguments too (22023),
+-- not a datetime overflow (22008)
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', retention => '-100000000 years')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', retention => '100000000 years')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', lease => '-100000000 years')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', lease => '2147483647 months')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', lease => '2562047788 hours')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', lease => '100000 years 2147483647 days')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', wait => true, wait_timeout => '-100000000 years')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'w', wait => true, wait_timeout => '100000000 years')$$);
+-- a long one that stays in range is not refused
+BEGIN;
+SELECT outcome FROM idem_claim('t', 'e', 'w', lease => '200000 years', retention => '200000 years');
+ROLLBACK;
 SELECT pg_temp.err($$SELECT idem_fail('t', 'e', 'fenced', 500, 'b', retryable => NULL)$$);
 -- none of those left a record behind
 SELECT count(*) FROM idem_record WHERE key = 'w';

@@ -59,6 +59,19 @@ extern int no_such_variable
 #define pg_noreturn pg_attribute_noreturn()
 #endif
 
+/* 17 added infinite intervals */
+#include "datatype/timestamp.h"
+
+static inline bool
+idem_interval_is_finite(const Interval *span)
+{
+#if PG_VERSION_NUM >= 170000
+	return !INTERVAL_NOT_FINITE(span);
+#else
+	return true;
+#endif
+}
+
 
 /*
  * Direct record access (record.c).  Index scans: 18 added an

@@ -107,12 +107,15 @@ typedef enum IdemFinish
 /*
  * A claim's wait for a committed pending claim of its key: the wake-up
  * slot's generation when it last looked (with idem preloaded), or the next
- * poll's sleep (without)
+ * poll's sleep (without); and when lock_timeout ends the wait, from its
+ * first sleep on
  */
 typedef struct IdemWait
 {
 	uint64		generation;
 	long		poll_ms;
+	bool		slept;			/* lock_deadline is set */
+	TimestampTz lock_deadline;
 } IdemWait;
 
 /* settings.c */

@@ -24,7 +24,11 @@
  * "Now" is the clock at the moment of each call (GetCurrentTimestamp), not
  * the start of the statement, transaction or CALL: a procedure that claims
  * and commits message after message, or a claim late in a long statement,
- * gets a lease and an expiry that count from the claim itself.
+ * gets a lease and an expiry that count from the claim itself.  And not
+ * the start of the call either when the call waited (for another
+ * transaction, or a row lock): it is read again after every probe, and a
+ * write that had to wait makes the protocol probe again, so every
+ * timestamp written is taken after the last wait.
  *
  * A pending claim whose lease runs is live whatever its expiry says
  * (record_expired): it is never re-claimed as new, finished as forgotten or
@@ -175,25 +179,75 @@ settled_outcome(const IdemRecord *rec, const IdemFingerprint *fp,
 }
 
 /*
- * The expiry of a claim made at now: the retention (the claim's own, or
- * idem.retention) after it, but never before its lease ends, so that a
- * record cannot be forgotten while its lease runs.
+ * now + span, for a claim's lease, retention or wait_timeout (name).  An
+ * interval that takes the sum out of timestamptz's range is a bad argument
+ * (22023), not the datetime overflow (22008) that timestamptz_pl_interval
+ * would raise, so it is refused before it is added.  The sum is estimated
+ * after each step of that addition (months, then days, then the time),
+ * counting a month as a twelfth of a Julian year: over the whole range the
+ * estimate is a few years off at most, and the margin is a century.  An
+ * infinite interval (PostgreSQL 17+) gives an infinite timestamp.
  */
 static TimestampTz
-claim_expiry(TimestampTz now, Interval *retention,
-			 TimestampTz lease_expires_at)
+time_plus(TimestampTz now, Interval *span, const char *name)
 {
-	TimestampTz expires_at;
+	if (idem_interval_is_finite(span))
+	{
+		const double margin = 100 * DAYS_PER_YEAR * USECS_PER_DAY;
+		const double steps[3] = {
+			(double) span->month * (DAYS_PER_YEAR / MONTHS_PER_YEAR) * USECS_PER_DAY,
+			(double) span->day * USECS_PER_DAY,
+			(double) span->time
+		};
+		double		sum = (double) now;
+
+		for (int i = 0; i < 3; i++)
+		{
+			sum += steps[i];
+			if (sum < (double) MIN_TIMESTAMP + margin ||
+				sum > (double) END_TIMESTAMP - margin)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("%s %s is out of range", name,
+								DatumGetCString(DirectFunctionCall1(interval_out,
+																	PointerGetDatum(span)))),
+						 errdetail("Added to the current time, it leaves the range of timestamp with time zone.")));
+		}
+	}
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(now),
+												   PointerGetDatum(span)));
+}
+
+/*
+ * The lease's end and the expiry of a claim made at now, or an error for a
+ * bad lease or retention.  The expiry is the retention (the claim's own,
+ * or idem.retention) after now, but never before the lease ends, so that a
+ * record cannot be forgotten while its lease runs.
+ */
+static void
+claim_times(TimestampTz now, Interval *lease, Interval *retention,
+			TimestampTz *lease_expires_at, TimestampTz *expires_at)
+{
+	if (lease != NULL)
+		*lease_expires_at = time_plus(now, lease, "lease");
+	else
+		*lease_expires_at = now + (TimestampTz) idem_lease * 1000;
+	if (*lease_expires_at <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be positive"),
+				 errdetail("The lease given was %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   PointerGetDatum(lease))))));
 
 	if (retention != NULL)
 	{
-		expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-															 TimestampTzGetDatum(now),
-															 PointerGetDatum(retention)));
+		*expires_at = time_plus(now, retention, "retention");
 		/* an infinite interval (PostgreSQL 17+) gives an infinite expiry */
-		if (TIMESTAMP_IS_NOBEGIN(expires_at) ||
-			(!TIMESTAMP_IS_NOEND(expires_at) &&
-			 expires_at - now <= (TimestampTz) idem_retry_window * USECS_PER_SEC))
+		if (TIMESTAMP_IS_NOBEGIN(*expires_at) ||
+			(!TIMESTAMP_IS_NOEND(*expires_at) &&
+			 *expires_at - now <= (TimestampTz) idem_retry_window * USECS_PER_SEC))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("retention %s must be longer than idem.retry_window (%ds)",
@@ -203,8 +257,8 @@ claim_expiry(TimestampTz now, Interval *retention,
 					 errdetail("A retry that arrives after its record expired would execute the request again.")));
 	}
 	else
-		expires_at = now + (TimestampTz) idem_retention * USECS_PER_SEC;
-	return Max(expires_at, lease_expires_at);
+		*expires_at = now + (TimestampTz) idem_retention * USECS_PER_SEC;
+	*expires_at = Max(*expires_at, *lease_expires_at);
 }
 
 /*
@@ -227,17 +281,24 @@ answer_busy(const IdemFingerprint *fp, bool have_snap, const IdemRecord *snap,
 }
 
 /*
- * Claim a key once, as of now.  The answer says whether the caller now owns
- * it ("claimed": execute, then finish it) or what to tell the client.  Only
- * a "claimed" answer leaves anything behind: the pending record, gone if
- * the transaction rolls back.  *own_claim tells whether the record is this
+ * Claim a key once.  The answer says whether the caller now owns it
+ * ("claimed": execute, then finish it) or what to tell the client.  Only a
+ * "claimed" answer leaves anything behind: the pending record, gone if the
+ * transaction rolls back.  *own_claim tells whether the record is this
  * transaction's own.
+ *
+ * A probe or a write may wait for another transaction (one writing or
+ * deleting the key's record, or holding its row lock), and a write that
+ * waited makes the protocol probe again.  So "now", and every timestamp
+ * derived from it, is taken after each probe: a claim's lease and expiry
+ * count from the moment it claims, not from before a wait.
  */
 static void
 claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
-		   Interval *lease, Interval *retention, TimestampTz now,
-		   IdemAnswer *answer, bool *own_claim)
+		   Interval *lease, Interval *retention, IdemAnswer *answer,
+		   bool *own_claim)
 {
+	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz lease_expires_at;
 	TimestampTz expires_at;
 	IdemRecord	snap;
@@ -245,21 +306,6 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 	bool		have_snap;
 
 	*own_claim = false;
-	if (lease != NULL)
-		lease_expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-																   TimestampTzGetDatum(now),
-																   PointerGetDatum(lease)));
-	else
-		lease_expires_at = now + (TimestampTz) idem_lease * 1000;
-	if (lease_expires_at <= now)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be positive"),
-				 errdetail("The lease given was %s.",
-						   DatumGetCString(DirectFunctionCall1(interval_out,
-															   PointerGetDatum(lease))))));
-	expires_at = claim_expiry(now, retention, lease_expires_at);
-
 	record_open();
 
 	/* A finished record is final: replay it without locking anything. */
@@ -277,6 +323,8 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 
 		CHECK_FOR_INTERRUPTS();
 		found = record_probe(key, wait, &rec, own_claim);
+		now = GetCurrentTimestamp();
+		claim_times(now, lease, retention, &lease_expires_at, &expires_at);
 
 		if (found == RECORD_BUSY)
 		{
@@ -344,10 +392,14 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
  * Claim a key.  Without wait, or when the key is not held by a committed
  * pending claim of another transaction, that is one claim_once.  With wait,
  * a committed pending claim within its lease is waited for (wait.c) until
- * it is finished, or its lease or the caller's wait_timeout runs out, and
- * the key is then claimed again as of the time it woke: "replay", "claimed"
- * (it failed retryably or was released), "unknown" (its lease ran out), or
- * "in_progress" when wait_timeout passed first.
+ * it is finished, or its lease or the caller's wait_timeout runs out (or
+ * lock_timeout, an error), and the key is then claimed again as of the
+ * time it woke: "replay", "claimed" (it failed retryably or was released),
+ * "unknown" (its lease ran out), or "in_progress" when wait_timeout passed
+ * first.
+ *
+ * The intervals are checked here, before anything is looked at or waited
+ * for; claim_once takes the times it writes again after every wait.
  */
 static void
 claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
@@ -355,17 +407,18 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 	  IdemAnswer *answer)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz lease_expires_at;
+	TimestampTz expires_at;
 	TimestampTz deadline = DT_NOEND;
 	IdemWait	w = {0};
 	bool		own_claim;
 
 	settings_check_retention_rule(ERROR);
 	require_primary("idem_claim()");
+	claim_times(now, lease, retention, &lease_expires_at, &expires_at);
 	if (wait_timeout != NULL)
 	{
-		deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-														   TimestampTzGetDatum(now),
-														   PointerGetDatum(wait_timeout)));
+		deadline = time_plus(now, wait_timeout, "wait_timeout");
 		if (deadline < now)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -379,12 +432,11 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 	{
 		if (wait)
 			wait_prepare(key, &w);
-		claim_once(key, fp, wait, lease, retention, now, answer, &own_claim);
+		claim_once(key, fp, wait, lease, retention, answer, &own_claim);
 		if (!wait || own_claim || answer->outcome != IDEM_IN_PROGRESS ||
 			!answer->has_record || GetCurrentTimestamp() >= deadline)
 			return;
 		wait_sleep(key, Min(answer->lease_expires_at, deadline), &w);
-		now = GetCurrentTimestamp();
 	}
 }
 
@@ -489,7 +541,6 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 		[IDEM_FINISH_RELEASE] = "idem_release()"
 	};
 	const char *function = function_names[how];
-	TimestampTz now = GetCurrentTimestamp();
 	IdemRecord	snap;
 	IdemRecord	rec;
 	bool		have_snap = false;
@@ -502,9 +553,12 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 	for (;;)
 	{
 		bool		found;
+		TimestampTz now;
 
 		CHECK_FOR_INTERRUPTS();
 		found = record_probe(key, true, &rec, NULL) == RECORD_FOUND;
+		/* the probe or the last write may have waited: now is after it */
+		now = GetCurrentTimestamp();
 
 		check_version(key, have_snap, &snap, found, &rec);
 		if (!found || record_expired(&rec, now))

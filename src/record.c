@@ -29,6 +29,8 @@
  * - A re-claim and a finish lock the probed version (it must still be the
  *   newest, else the protocol probes again) and update it.  A finish
  *   changes no indexed column, so it is a HOT update when the page has room.
+ *   If another transaction holds the row's lock, a caller that waits waits
+ *   for it, and then probes and decides again, as of after the wait.
  *
  * Nothing here deletes a record: the purge and idem_forget go through SQL
  * (record_sql.c), so the AFTER DELETE trigger raises the fencing floor for
@@ -716,22 +718,37 @@ record_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
  * Lock the version that the last probe found, and read it into the slot:
  * RECORD_CHANGED if it is no longer the newest (the caller probes again),
  * RECORD_WRITE_BUSY if another transaction holds it and wait is false.
+ *
+ * With wait, a lock held by another transaction is waited for (a lock
+ * wait: lock_timeout and the deadlock detector apply), and then the answer
+ * is RECORD_CHANGED even when the version did not change: whatever the
+ * caller decided, and the timestamps it was about to write, date from
+ * before the wait.  Probing again finds the row locked by this
+ * transaction, and the next lock is granted at once.
  */
 static RecordWrite
 lock_probed(bool wait)
 {
 	TM_FailureData tmfd;
 	TM_Result	result;
+	bool		waited = false;
 
 	prepare_write();
 	result = table_tuple_lock(acc.rel, &acc.probed, GetLatestSnapshot(),
 							  acc.slot, GetCurrentCommandId(false),
-							  LockTupleNoKeyExclusive,
-							  wait ? LockWaitBlock : LockWaitSkip, 0, &tmfd);
+							  LockTupleNoKeyExclusive, LockWaitSkip, 0, &tmfd);
+	if (result == TM_WouldBlock && wait)
+	{
+		result = table_tuple_lock(acc.rel, &acc.probed, GetLatestSnapshot(),
+								  acc.slot, GetCurrentCommandId(false),
+								  LockTupleNoKeyExclusive, LockWaitBlock, 0,
+								  &tmfd);
+		waited = true;
+	}
 	switch (result)
 	{
 		case TM_Ok:
-			return RECORD_WRITTEN;
+			return waited ? RECORD_CHANGED : RECORD_WRITTEN;
 		case TM_WouldBlock:
 			return RECORD_WRITE_BUSY;
 		case TM_Updated:

@@ -28,6 +28,18 @@
  * Either way the sleep is on the process latch, so a cancel, a
  * statement_timeout or a server shutdown ends it at once.
  *
+ * The wait is not a lock wait: the claim's owner committed and holds
+ * nothing that a waiter could queue for, so the lock manager neither times
+ * it out nor sees it in a deadlock.  A waiter can hold a lock that the
+ * owner needs in order to finish the claim (a row that the owner's
+ * finishing transaction updates): the owner then waits for the waiter,
+ * which waits for the owner, and no deadlock detector can see the cycle.
+ * So lock_timeout bounds the wait as it bounds a lock wait, counted from
+ * the claim's first sleep, and ends it with the error that a lock wait
+ * gets (55P03): the waiter's transaction then lets its locks go.  Nothing
+ * bounds it without lock_timeout but the lease, wait_timeout and
+ * statement_timeout.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -39,7 +51,9 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "storage/proc.h"
 #include "storage/shmem.h"
+#include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -187,12 +201,30 @@ ms_until(TimestampTz until)
 /*
  * Sleep until the key's slot is woken after wait_prepare looked, or until
  * "until" passes; without preloading, for one poll's sleep.  The caller
- * then looks at the record again, whatever woke it.
+ * then looks at the record again, whatever woke it.  Not past lock_timeout
+ * from the first sleep: a sleep called after that raises its error.
  */
 void
 wait_sleep(const IdemKey *key, TimestampTz until, IdemWait *w)
 {
 	long		ms;
+
+	if (!w->slept)
+	{
+		w->slept = true;
+		w->lock_deadline = LockTimeout > 0 ?
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LockTimeout) :
+			DT_NOEND;
+	}
+	if (GetCurrentTimestamp() >= w->lock_deadline)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("canceling statement due to lock timeout"),
+				 errdetail("The committed pending claim of idem key \"%s\" of endpoint \"%s\" (tenant \"%s\") was not finished within lock_timeout.",
+						   text_to_cstring(key->key),
+						   text_to_cstring(key->endpoint),
+						   text_to_cstring(key->tenant))));
+	until = Min(until, w->lock_deadline);
 
 	if (slots != NULL)
 	{

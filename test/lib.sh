@@ -91,7 +91,7 @@ run_as_postgres() {
 	local script=$1
 	shift
 	local stage
-	stage=$(mktemp -d /tmp/idem-stage.XXXXXX)
+	stage=$(mktemp -d "${TMPDIR:-/tmp}/idem-stage.XXXXXX")
 	tar -C "$PWD" --exclude=.git --exclude=tmp_check --exclude=tmp_install \
 		--exclude='*.o' --exclude='*.so' --exclude=node_modules -cf - . | tar -C "$stage" -xf -
 	chown -R postgres: "$stage"

@@ -2,7 +2,8 @@
 # pending claim of its key (the external-call pattern), and answers what it
 # left: woken by a complete, a fail, a retryable fail, a release (each only
 # once the finisher commits), or by the lease running out; bounded by its
-# wait_timeout, statement_timeout and a cancel.  With idem preloaded it
+# wait_timeout, lock_timeout (55P03, as a lock wait), statement_timeout
+# (57014) and a cancel.  With idem preloaded it
 # sleeps on a condition variable; without, it polls.  (pg_isolation_regress
 # cannot drive these: it sees only lock waits as blocked.)
 use strict;
@@ -19,7 +20,8 @@ sub start_waiter
 	my ($node, $sql) = @_;
 	my %w = (out => '', err => '', started => time());
 	$w{run} = IPC::Run::start(
-		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-h', $node->host, '-p', $node->port,
+		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose',
+		  '-h', $node->host, '-p', $node->port,
 		  '-d', 'postgres', '-c', $sql ],
 		'>', \$w{out}, '2>', \$w{err});
 	return \%w;
@@ -110,6 +112,22 @@ sub test_node
 	is($out, 'in_progress|1', "$how, wait_timeout passes: in_progress");
 	cmp_ok($took, '>=', 0.9, "$how, wait_timeout passes: after waiting it");
 	cmp_ok($took, '<', 30, "$how, wait_timeout passes: not much longer");
+
+	# lock_timeout and statement_timeout end the wait long before the lease
+	# does, with the errors a lock wait gets; the claim is left as it was
+	for my $t (
+		[ 'lock_timeout', qr/ERROR:  55P03: canceling statement due to lock timeout/ ],
+		[ 'statement_timeout', qr/ERROR:  57014: canceling statement due to statement timeout/ ])
+	{
+		my ($setting, $error) = @$t;
+		fresh_claim($node, '30 s');
+		$w = start_waiter($node, qq{SET $setting = '500ms'; $claim_wait});
+		($out, $err, $took) = finish_waiter($w);
+		like($err, $error, "$how, $setting ends the wait");
+		is($out, '', "$how, $setting: no answer");
+		is($node->safe_psql('postgres', q{SELECT state, attempt, lease_expires_at > clock_timestamp()
+			FROM idem_record}), 'pending|1|t', "$how, $setting: before the lease ended, nothing changed");
+	}
 }
 
 # idem preloaded: condition variables
@@ -120,15 +138,12 @@ $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION idem');
 test_node($node, 'preloaded');
 
-# statement_timeout and a cancel end the wait with their errors
+# a cancel ends the wait with its error
 fresh_claim($node, '5 min');
-my $w = start_waiter($node, qq{SET statement_timeout = '1s'; $claim_wait});
-my ($out, $err, $took) = finish_waiter($w);
-like($err, qr/canceling statement due to statement timeout/, 'statement_timeout ends the wait');
-$w = start_waiter($node, $claim_wait);
+my $w = start_waiter($node, $claim_wait);
 my $pid = sleeping_pid($node);
 $node->safe_psql('postgres', "SELECT pg_cancel_backend($pid)");
-($out, $err, $took) = finish_waiter($w);
+my ($out, $err, $took) = finish_waiter($w);
 like($err, qr/canceling statement due to user request/, 'a cancel ends the wait');
 cmp_ok($took, '<', 60, 'a cancel ends the wait at once');
 is($node->safe_psql('postgres', q{SELECT state, attempt FROM idem_record}), 'pending|1',
