@@ -84,6 +84,13 @@ CREATE TRIGGER idem_binding_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem_binding
 	FOR EACH STATEMENT EXECUTE FUNCTION idem_binding_changed();
 
+/*
+ * ALWAYS: the trigger fires in a session with session_replication_role =
+ * replica too (a migration tool, a restore), where an ordinary trigger does
+ * not.  The C code keeps its cache only while the trigger is so enabled.
+ */
+ALTER TABLE idem_binding ENABLE ALWAYS TRIGGER idem_binding_changed;
+
 CREATE FUNCTION idem_bind(role regrole, tenant text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_bind'
@@ -154,6 +161,12 @@ REVOKE ALL ON FUNCTION idem_record_forgotten() FROM PUBLIC;
 CREATE TRIGGER idem_record_forgotten AFTER DELETE ON idem_record
 	REFERENCING OLD TABLE AS forgotten
 	FOR EACH STATEMENT EXECUTE FUNCTION idem_record_forgotten();
+
+/*
+ * ALWAYS, so that no session setting switches the floor off: a DELETE in a
+ * session with session_replication_role = replica raises it too.
+ */
+ALTER TABLE idem_record ENABLE ALWAYS TRIGGER idem_record_forgotten;
 
 /*
  * Row-level security from the same bindings: a bound role that a DBA

@@ -45,6 +45,26 @@ SELECT idem_complete('t', 'POST /fence', 'k', 200, 'stale', attempt => 3);
 SELECT count(*) AS buckets, max(attempt) AS floor FROM idem_attempt_floor;
 SELECT outcome, attempt FROM idem_claim('t', 'POST /fence', 'fresh');
 
+-- a session in the replica role (a migration tool, a restore) fires no
+-- ordinary trigger: the floor rises all the same, by idem_forget,
+-- idem_purge or a DELETE by hand
+SET session_replication_role = replica;
+SELECT idem_forget('t', 'POST /fence', 'k');
+RESET session_replication_role;
+SELECT outcome, attempt FROM idem_claim('t', 'POST /fence', 'k');
+SELECT idem_complete('t', 'POST /fence', 'k', 200, 'stale', attempt => 4);
+UPDATE idem_record SET expires_at = now() - interval '1 s',
+       lease_expires_at = now() - interval '1 s' WHERE key = 'fresh';
+SET session_replication_role = replica;
+SELECT idem_purge();
+RESET session_replication_role;
+SELECT outcome, attempt FROM idem_claim('t', 'POST /fence', 'fresh');
+SELECT idem_complete('t', 'POST /fence', 'fresh', 200, 'stale', attempt => 1);
+SET session_replication_role = replica;
+DELETE FROM idem_record WHERE key = 'fresh';
+RESET session_replication_role;
+SELECT outcome, attempt FROM idem_claim('t', 'POST /fence', 'fresh');
+
 -- a claim's own retention, instead of the session's idem.retention
 SELECT outcome, expires_at - created_at AS kept
   FROM idem_claim('t', 'POST /ret', 'r1', retention => '2 hours');

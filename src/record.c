@@ -20,12 +20,16 @@
  *   always waited for, as INSERT ... ON CONFLICT waits for it, except by
  *   idem_replay, which never waits and answers from its snapshot.
  * - A fresh claim inserts speculatively, as INSERT ... ON CONFLICT does: a
- *   speculative heap insert, then the index entries with the unique index
- *   as arbiter; if a concurrent insert of the same key won, the heap tuple
- *   is killed (heap_abort_speculative) and the protocol probes again.  Two
- *   claims can therefore never both insert a key, and neither waits for
- *   the other's transaction (only, briefly, for the other's speculative
- *   insertion, on one side only, as core's livelock rule says).
+ *   speculative heap insert, then the index entries with every unique
+ *   index on the key columns as arbiter; if a concurrent insert of the same
+ *   key won, the heap tuple is killed (heap_abort_speculative) and the
+ *   protocol probes again.  Two claims can therefore never both insert a
+ *   key, and neither waits for the other's transaction (only, briefly, for
+ *   the other's speculative insertion, on one side only, as core's livelock
+ *   rule says).  The arbiters include the indexes that REINDEX CONCURRENTLY
+ *   builds and retires (key_arbiters), which check uniqueness too; the
+ *   probe needs only idem_record_key, which has an entry for every live
+ *   version.
  * - A re-claim and a finish lock the probed version (it must still be the
  *   newest, else the protocol probes again) and update it.  A finish
  *   changes no indexed column, so it is a HOT update when the page has room.
@@ -147,6 +151,7 @@ typedef struct RecordAccess
 	/* for writing, set up at the first write */
 	EState	   *estate;
 	ResultRelInfo *rri;
+	List	   *arbiters;		/* of a claim's insert: key_arbiters() */
 	/* the version that the last probe found */
 	ItemPointerData probed;
 } RecordAccess;
@@ -301,6 +306,48 @@ record_close(void)
 }
 
 /*
+ * The arbiters of a claim's speculative insertion among the indexes that
+ * rri opened: every unique index on exactly the key columns, as
+ * infer_arbiter_indexes() picks them for ON CONFLICT (tenant, endpoint,
+ * key), valid or not.  REINDEX CONCURRENTLY builds a second unique index
+ * (idem_record_key_ccnew), which takes entries and checks uniqueness before
+ * it is valid, and after the swap retires the old one
+ * (idem_record_key_ccold), which takes entries until it is dead; a unique
+ * index that is not an arbiter waits for a concurrent inserter of the key
+ * and then fails with a unique violation, where a claim must probe again
+ * and answer in_progress.  An index not ready for entries is skipped by
+ * ExecInsertIndexTuples.
+ */
+static List *
+key_arbiters(ResultRelInfo *rri)
+{
+	List	   *arbiters = NIL;
+
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+	{
+		Form_pg_index index = rri->ri_IndexRelationDescs[i]->rd_index;
+		IndexInfo  *info = rri->ri_IndexRelationInfo[i];
+		bool		on_key = true;
+
+		if (!index->indisunique || index->indisexclusion ||
+			!index->indimmediate || info->ii_Expressions != NIL ||
+			info->ii_Predicate != NIL || info->ii_NumIndexKeyAttrs != 3)
+			continue;
+		for (int c = C_TENANT; c <= C_KEY; c++)
+		{
+			bool		found = false;
+
+			for (int k = 0; k < info->ii_NumIndexKeyAttrs; k++)
+				found |= info->ii_IndexAttrNumbers[k] == tables.attnum[c];
+			on_key &= found;
+		}
+		if (on_key)
+			arbiters = lappend_oid(arbiters, index->indexrelid);
+	}
+	return arbiters;
+}
+
+/*
  * Set up for writing: RowExclusiveLock on the table and its indexes, and
  * the executor state that maintaining the indexes needs.
  */
@@ -314,6 +361,7 @@ prepare_write(void)
 	acc.rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(acc.rri, acc.rel, 0, NULL, 0);
 	ExecOpenIndices(acc.rri, true);
+	acc.arbiters = key_arbiters(acc.rri);
 }
 
 /* The scan keys of a key: equality of the three columns, in "C" */
@@ -695,7 +743,7 @@ record_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
 	table_tuple_insert_speculative(acc.rel, slot,
 								   GetCurrentCommandId(true), 0, NULL, token);
 	idem_insert_index_tuples(acc.rri, acc.estate, slot, true, false,
-							 &conflict, list_make1_oid(tables.key_index));
+							 &conflict, acc.arbiters);
 	table_tuple_complete_speculative(acc.rel, slot, token, !conflict);
 	SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 	if (conflict)

@@ -26,8 +26,15 @@
  * The answer per role is cached for the backend's life and thrown away when
  * idem_binding changes (a statement trigger on it sends a relcache
  * invalidation, which every backend processes before its next transaction
- * or lock) or when role memberships change.  When the bindings cannot be
- * read, every call is refused: a missing answer never means "unbound".
+ * or lock) or when role memberships change.  The trigger is enabled ALWAYS,
+ * so that it fires in a session with session_replication_role = replica
+ * too (a migration tool, a restore); the cache is kept only while it is:
+ * disabled, or firing for origin sessions only (as ALTER TABLE ... ENABLE
+ * TRIGGER ALL after pg_restore --disable-triggers leaves it), it could miss
+ * a change, so every call reads the table instead.  Changing the trigger's
+ * state invalidates the table's relcache entry, so the check is made again.
+ * When the bindings cannot be read, every call is refused: a missing answer
+ * never means "unbound".
  *
  * The same answer drives idem_record's row-level security policy through
  * idem_tenant().
@@ -42,6 +49,8 @@
 #include "catalog/dependency.h"
 #include "catalog/indexing.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
@@ -95,6 +104,7 @@ static HTAB *binding_cache = NULL;
 static bool cache_valid = false;
 static bool callbacks_registered = false;
 static Oid	binding_relid = InvalidOid;
+static bool cache_trusted = false;	/* binding_relid's trigger fires always */
 
 static void
 binding_relcache_changed(Datum arg, Oid relid)
@@ -161,6 +171,43 @@ find_binding_relation(void)
 		get_atttype(relid, 2) != TEXTOID)
 		return InvalidOid;
 	return relid;
+}
+
+/*
+ * Whether every change to the binding table relid invalidates the caches,
+ * whatever the changing session's settings: its trigger idem_binding_changed
+ * calls the extension's function after every INSERT, UPDATE, DELETE and
+ * TRUNCATE statement, with no condition, and is enabled ALWAYS.  Opening
+ * the table processes pending invalidations, which may reset binding_relid:
+ * the caller then looks again.
+ */
+static bool
+binding_trigger_fires_always(Oid relid)
+{
+	Relation	rel = try_table_open(relid, AccessShareLock);
+	TriggerDesc *trigdesc;
+	bool		always = false;
+
+	if (rel == NULL)
+		return false;
+	trigdesc = rel->trigdesc;
+	for (int i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
+	{
+		Trigger    *trigger = &trigdesc->triggers[i];
+		char	   *fname;
+
+		if (strcmp(trigger->tgname, "idem_binding_changed") != 0)
+			continue;
+		fname = get_func_name(trigger->tgfoid);
+		always = trigger->tgenabled == TRIGGER_FIRES_ALWAYS &&
+			trigger->tgtype == TRIGGER_TYPE_EVENT_MASK &&
+			trigger->tgnattr == 0 && trigger->tgqual == NULL &&
+			fname != NULL && strcmp(fname, "idem_binding_changed") == 0 &&
+			getExtensionOfObject(ProcedureRelationId, trigger->tgfoid) ==
+			get_extension_oid("idem", true);
+	}
+	table_close(rel, AccessShareLock);
+	return always;
 }
 
 pg_noreturn static void
@@ -238,7 +285,8 @@ read_binding(Oid relid, Oid roleid, RoleBinding *entry, const char *tenant)
  * What the bindings say about roleid, into *out, from the cache when it is
  * valid.  An invalidation that arrives while the table is read (opening it
  * processes pending ones) marks the cache invalid again, and the answer,
- * correct for this call, is then not kept.
+ * correct for this call, is then not kept; nor is any answer while the
+ * table's trigger does not fire for every change.
  */
 static void
 role_binding(Oid roleid, const char *tenant, RoleBinding *out)
@@ -255,12 +303,15 @@ role_binding(Oid roleid, const char *tenant, RoleBinding *out)
 									  (Datum) 0);
 		callbacks_registered = true;
 	}
-	if (!OidIsValid(binding_relid))
+	while (!OidIsValid(binding_relid))
 	{
-		cache_valid = false;
-		binding_relid = find_binding_relation();
-		if (!OidIsValid(binding_relid))
+		Oid			relid = find_binding_relation();
+
+		if (!OidIsValid(relid))
 			refuse_undetermined(tenant);
+		cache_valid = false;
+		binding_relid = relid;
+		cache_trusted = binding_trigger_fires_always(relid);
 	}
 	if (!cache_valid || binding_cache == NULL)
 	{
@@ -285,7 +336,7 @@ role_binding(Oid roleid, const char *tenant, RoleBinding *out)
 
 	out->roleid = roleid;
 	read_binding(binding_relid, roleid, out, tenant);
-	if (!cache_valid)
+	if (!cache_valid || !cache_trusted)
 		return;
 	entry = hash_search(binding_cache, &roleid, HASH_ENTER, &present);
 	*entry = *out;

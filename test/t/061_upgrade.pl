@@ -222,6 +222,14 @@ is($node->safe_psql('upgraded', $records), $before{records},
 check_binding('upgraded', 'app_acme', 'acme', 'globex', 'updated');
 check_binding('upgraded', 'app_globex', 'globex', 'acme', 'updated');
 
+# the triggers that the tenant binding's cache and the fencing floor rest on
+# fire whatever a session sets (session_replication_role = replica too)
+my $triggers = q{SELECT string_agg(tgname || '=' || tgenabled::text, ' ' ORDER BY tgname)
+	  FROM pg_trigger WHERE NOT tgisinternal
+	   AND tgrelid IN ('idem.idem_binding'::regclass, 'idem.idem_record'::regclass)};
+is($node->safe_psql('upgraded', $triggers), 'idem_binding_changed=A idem_record_forgotten=A',
+	'updated: the binding and fencing-floor triggers are enabled ALWAYS');
+
 #
 # ---- what the current version adds: the new functions and arguments ----
 #
@@ -415,6 +423,8 @@ same_text($node->safe_psql('upgraded', $catalog), $fresh_catalog,
 my $fresh_dump = member_dump('fresh');
 like($fresh_dump, qr/ALTER EXTENSION idem ADD FUNCTION idem\.idem_claim\(/,
 	'the binary-upgrade dump lists the members');
+like($fresh_dump, qr/ALTER TABLE (ONLY )?idem\.idem_binding ENABLE ALWAYS TRIGGER idem_binding_changed;.*ALTER TABLE (ONLY )?idem\.idem_record ENABLE ALWAYS TRIGGER idem_record_forgotten;/s,
+	'the binary-upgrade dump (pg_upgrade) keeps the triggers enabled ALWAYS');
 same_text(member_dump('upgraded'), $fresh_dump,
 	'and the same binary-upgrade pg_dump, member by member');
 
@@ -439,6 +449,8 @@ is($node->safe_psql('restored', $claims), $expected_claims,
 	'and answers as before');
 same_text($node->safe_psql('restored', $catalog), $fresh_catalog,
 	'the restored extension has the catalog objects of a fresh install');
+is($node->safe_psql('restored', $triggers), 'idem_binding_changed=A idem_record_forgotten=A',
+	'the restore recreates the triggers enabled ALWAYS');
 
 # and a 0.1.0 dump restores into a fresh install too (a move to a new
 # server): the new columns take their defaults
