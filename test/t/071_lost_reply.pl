@@ -10,8 +10,10 @@
 use strict;
 use warnings;
 use IO::Select;
+use IPC::Run;
 use IO::Socket::INET;
 use IO::Socket::UNIX;
+use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -46,6 +48,8 @@ $node->safe_psql('postgres', q{
 
 # ---- the proxy: one process, accepting on 127.0.0.1, a child per
 # connection that pumps both ways and reads the messages it passes on.
+# Its processes leave with POSIX::_exit, so that the test's END blocks (which
+# stop the node) run in the test's own process only.
 # Connection n (from 1) is cut after the server's reply to COMMIT when
 # n % 10 == 3, and before the client's COMMIT reaches the server when
 # n % 10 == 7; each cut is logged with the operation's key.
@@ -93,7 +97,7 @@ sub cut
 	open(my $fh, '>>', $log) or die;
 	syswrite($fh, "$how $key\n");
 	close($fh);
-	exit 0;
+	POSIX::_exit(0);
 }
 
 sub pump
@@ -151,44 +155,75 @@ if ($proxy == 0)
 		my $child = fork();
 		if (defined $child && $child == 0)
 		{
-			pump($client, $n);
-			exit 0;
+			eval { pump($client, $n) };
+			print STDERR "proxy: $@" if $@;
+			POSIX::_exit(0);
 		}
 		close($client);
 	}
-	exit 0;
+	POSIX::_exit(0);
 }
 close($listener);
 
-# ---- the client: each operation's key made once, before its retry loop;
-# each attempt a new connection through the proxy, retried until an answer
-# comes back
+# ---- the clients: four at once, each operation's key made once, before
+# its retry loop; each attempt a new connection through the proxy, retried
+# until an answer comes back.  Each client writes the answer every
+# operation finally got to a file of its own.
 my $connstr = "host=127.0.0.1 port=$proxy_port dbname=postgres sslmode=disable gssencmode=disable";
-my (%final, $attempts, $unanswered);
-for my $i (1 .. $operations)
+my $clients = 4;
+my @pids;
+for my $c (0 .. $clients - 1)
 {
-	my $key = "pay-$i";
-	for my $try (1 .. 20)
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid)
 	{
-		$attempts++;
-		my ($stdout, $stderr);
-		IPC::Run::run(
-			[ 'psql', '-X', '-A', '-t', '-q', '-d', $connstr,
-			  '-c', 'BEGIN', '-c', "SELECT pay('$key')", '-c', 'COMMIT' ],
-			'>', \$stdout, '2>', \$stderr);
-		next unless $stderr eq '' && $stdout =~ /^(\w+)$/m;
-		# in_progress: the server has not yet seen that the connection of
-		# a cut COMMIT is gone, and its claim still stands; retry, as an
-		# HTTP client retries a 409
-		if ($1 eq 'in_progress')
-		{
-			select(undef, undef, undef, 0.05);
-			next;
-		}
-		$final{$key} = $1;
-		last;
+		push @pids, $pid;
+		next;
 	}
-	$unanswered++ unless defined $final{$key};
+	open(my $out, '>', $node->basedir . "/client$c.out") or POSIX::_exit(1);
+	for (my $i = 1 + $c; $i <= $operations; $i += $clients)
+	{
+		my $key = "pay-$i";
+		my ($answer, $tries) = ('none', 0);
+		while ($tries++ < 20)
+		{
+			my ($stdout, $stderr);
+			IPC::Run::run(
+				[ 'psql', '-X', '-A', '-t', '-q', '-d', $connstr,
+				  '-c', 'BEGIN', '-c', "SELECT pay('$key')", '-c', 'COMMIT' ],
+				'>', \$stdout, '2>', \$stderr);
+			next unless $stderr eq '' && $stdout =~ /^(\w+)$/m;
+			# in_progress: the server has not yet seen that the
+			# connection of a cut COMMIT is gone, and its claim still
+			# stands; retry, as an HTTP client retries a 409
+			if ($1 eq 'in_progress')
+			{
+				select(undef, undef, undef, 0.05);
+				next;
+			}
+			$answer = $1;
+			last;
+		}
+		print $out "$key $answer $tries\n";
+	}
+	close($out);
+	POSIX::_exit(0);
+}
+waitpid($_, 0) for @pids;
+
+my (%final, $attempts, $unanswered);
+for my $c (0 .. $clients - 1)
+{
+	open(my $in, '<', $node->basedir . "/client$c.out") or die "client $c: $!";
+	while (<$in>)
+	{
+		my ($key, $answer, $tries) = split;
+		$attempts += $tries;
+		if ($answer eq 'none') { $unanswered++ }
+		else { $final{$key} = $answer }
+	}
+	close($in);
 }
 kill 'TERM', $proxy;
 waitpid($proxy, 0);
@@ -207,6 +242,7 @@ note("$attempts attempts for $operations operations; "
 	  . "$replies_lost operations lost a committed reply, $requests_lost a COMMIT");
 
 is($unanswered // 0, 0, 'every operation got an answer within 20 attempts');
+is(scalar(keys %final) + ($unanswered // 0), $operations, 'every operation was tried');
 cmp_ok($replies_lost, '>=', $operations / 20,
 	'the proxy cut connections after a committed COMMIT');
 cmp_ok($requests_lost, '>=', $operations / 20,
