@@ -122,6 +122,8 @@ typedef struct IdemWait
 extern int	idem_retention;		/* seconds */
 extern int	idem_retry_window;	/* seconds */
 extern int	idem_lease;			/* milliseconds */
+extern int	idem_max_retention; /* seconds, 0: no cap */
+extern int	idem_max_lease;		/* milliseconds, 0: no cap */
 extern int	idem_purge_interval;	/* milliseconds */
 extern int	idem_purge_batch;	/* rows */
 extern int	idem_max_body_size; /* kilobytes */

@@ -44,6 +44,7 @@
 #include "miscadmin.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "idem.h"
@@ -220,8 +221,36 @@ time_plus(TimestampTz now, Interval *span, const char *name)
 }
 
 /*
+ * A DBA's cap on a claim's lease or retention (idem.max_lease,
+ * idem.max_retention; 0: none): the span from now to end, asked for by the
+ * claim's argument given or else by the setting named, may not be longer.
+ * It binds every role, whatever asks for the span, and errors before
+ * anything is written; the message names both values.
+ */
+static void
+check_cap(const char *what, TimestampTz now, TimestampTz end, int64 cap_us,
+		  Interval *given, const char *setting, const char *cap_setting)
+{
+	if (cap_us <= 0 || (!TIMESTAMP_IS_NOEND(end) && end - now <= cap_us))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("%s %s is longer than %s (%s)", what,
+					given != NULL ?
+					DatumGetCString(DirectFunctionCall1(interval_out,
+														PointerGetDatum(given))) :
+					GetConfigOptionByName(setting, NULL, false),
+					cap_setting, GetConfigOptionByName(cap_setting, NULL, false)),
+			 given != NULL ?
+			 errdetail("The claim's %s argument asks for it.", what) :
+			 errdetail("The setting %s asks for it.", setting),
+			 errhint("Ask for a shorter %s, or have a superuser raise %s.",
+					 what, cap_setting)));
+}
+
+/*
  * The lease's end and the expiry of a claim made at now, or an error for a
- * bad lease or retention.  The expiry is the retention (the claim's own,
+ * bad lease or retention, or one over the DBA's caps.  The expiry is the retention (the claim's own,
  * or idem.retention) after now, but never before the lease ends, so that a
  * record cannot be forgotten while its lease runs.
  */
@@ -258,6 +287,12 @@ claim_times(TimestampTz now, Interval *lease, Interval *retention,
 	}
 	else
 		*expires_at = now + (TimestampTz) idem_retention * USECS_PER_SEC;
+	check_cap("lease", now, *lease_expires_at,
+			  (int64) idem_max_lease * 1000, lease, "idem.lease",
+			  "idem.max_lease");
+	check_cap("retention", now, *expires_at,
+			  (int64) idem_max_retention * USECS_PER_SEC, retention,
+			  "idem.retention", "idem.max_retention");
 	*expires_at = Max(*expires_at, *lease_expires_at);
 }
 

@@ -43,6 +43,8 @@
 int			idem_retention = RETENTION_DEFAULT;
 int			idem_retry_window = RETRY_WINDOW_DEFAULT;
 int			idem_lease = 5 * 60 * 1000;
+int			idem_max_retention = 0;
+int			idem_max_lease = 0;
 int			idem_purge_interval = 60 * 1000;
 int			idem_purge_batch = 10000;
 int			idem_max_body_size = 1024;
@@ -82,6 +84,24 @@ settings_init(void)
 							&idem_lease,
 							5 * 60 * 1000, 1, INT_MAX,
 							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.max_retention",
+							"Sets the longest retention a claim may give its record.",
+							"0 means no limit.  A claim asking for more, by argument or setting, errors.",
+							&idem_max_retention,
+							0, 0, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.max_lease",
+							"Sets the longest lease a claim may take.",
+							"0 means no limit.  A claim asking for more, by argument or setting, errors.",
+							&idem_max_lease,
+							0, 0, INT_MAX,
+							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
