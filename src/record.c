@@ -16,9 +16,15 @@
  *   answers in_progress at once, or with wait waits for that transaction
  *   (XactLockTableWait: lock_timeout, the deadlock detector and cancel
  *   apply, and a prepared transaction is waited for until it is finished).
- *   A version being deleted (a purge of an expired record, idem_forget) is
- *   always waited for, as INSERT ... ON CONFLICT waits for it, except by
- *   idem_replay, which never waits and answers from its snapshot.
+ *   A version being deleted (a purge of an expired record, idem_forget, a
+ *   DELETE by hand) is no exception: the deleter may be waiting itself
+ *   (the floor's trigger, for an operator's open transaction) for as long
+ *   as that transaction lasts, and a claim without wait never waits for an
+ *   unrelated transaction.  Whether the deleter commits (the record is
+ *   gone and its bucket's floor raised) or aborts (the record stays), a
+ *   claim that answered in_progress executed nothing and gave out no
+ *   attempt, and the next claim decides over what the deleter left.
+ *   idem_replay never waits either; it answers from its snapshot.
  * - A fresh claim inserts speculatively, as INSERT ... ON CONFLICT does: a
  *   speculative heap insert, then the index entries with the unique index
  *   as arbiter; if a concurrent insert of the same key won, the heap tuple
@@ -404,11 +410,11 @@ record_fetch(const IdemKey *key, IdemRecord *rec)
 /*
  * Look the key up with a dirty snapshot.  Returns RECORD_BUSY (and sets
  * *busy) if another transaction is inserting, updating or deleting the
- * key's record; with wait, or for a deletion, it waits for that
- * transaction and looks again instead.  A read_only probe never waits, and
- * a version being deleted does not make the key busy for it.  Otherwise the slot holds the
- * newest version, which this transaction may act on if it still is the
- * newest when it locks it.
+ * key's record; with wait, it waits for that transaction and looks again
+ * instead.  A read_only probe never waits, and a version being deleted
+ * does not make the key busy for it.  Otherwise the slot holds the newest
+ * version, which this transaction may act on if it still is the newest
+ * when it locks it.
  *
  * The first version the scan returns decides: the unique index lets a
  * second one of the key exist only while another transaction is writing
@@ -463,7 +469,7 @@ probe(const IdemKey *key, bool wait, bool read_only, bool *busy)
 			return RECORD_BUSY;
 		}
 		*busy = true;
-		if (!wait && !deleting)
+		if (!wait)
 			return RECORD_BUSY;
 		XactLockTableWait(xwait, acc.rel, &tid, XLTW_InsertIndex);
 	}
