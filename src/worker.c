@@ -196,7 +196,7 @@ idem_purge_main(Datum main_arg)
 	TimestampTz start;
 	TimestampTz deadline;
 	uint64		total = 0;
-	uint64		deleted = 0;
+	bool		more = false;
 	bool		installed;
 	bool		distributed;
 	List	   *targets;
@@ -239,7 +239,7 @@ idem_purge_main(Datum main_arg)
 	deadline = TimestampTzPlusMilliseconds(start, IDEM_PURGE_VISIT_MS);
 	foreach(lc, targets)
 	{
-		TimestampTz from = DT_NOBEGIN;
+		IdemPurgeScan scan = {.from = DT_NOBEGIN};
 
 		do
 		{
@@ -256,22 +256,20 @@ idem_purge_main(Datum main_arg)
 			PushActiveSnapshot(GetTransactionSnapshot());
 			pgstat_report_activity(STATE_RUNNING, "purging expired records");
 
-			deleted = purge_batch(lfirst_oid(lc),
-								  GetCurrentStatementStartTimestamp(), &from);
+			total += purge_batch(lfirst_oid(lc),
+								 GetCurrentStatementStartTimestamp(), &scan,
+								 &more);
 
 			PopActiveSnapshot();
 			CommitTransactionCommand();
-			total += deleted;
-		} while (deleted == (uint64) idem_purge_batch &&
-				 GetCurrentTimestamp() < deadline);
+		} while (more && GetCurrentTimestamp() < deadline);
 
 		/* out of time with expired records left: the launcher comes back */
-		if (deleted == (uint64) idem_purge_batch)
+		if (more)
 			break;
 	}
 
-	stats_count_purge(total, start, GetCurrentTimestamp(),
-					  deleted == (uint64) idem_purge_batch);
+	stats_count_purge(total, start, GetCurrentTimestamp(), more);
 	pgstat_report_stat(true);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	proc_exit(0);
