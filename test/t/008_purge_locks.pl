@@ -52,6 +52,7 @@ is($node->safe_psql('db1', 'SELECT count(*) FROM mates'), '5',
 	'five keys share the floor bucket of the operator\'s key');
 
 my $operator = $node->background_psql('db1');
+$operator->set_query_timer_restart;
 $operator->query_safe('BEGIN');
 is($operator->query_safe(q{SELECT idem_forget('t', 'e', 'op')}), 't',
 	'the operator forgets a key and keeps the transaction open');
