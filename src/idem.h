@@ -29,6 +29,12 @@
 /* Longest tenant, endpoint or key, in bytes */
 #define IDEM_MAX_KEY_BYTES		255
 
+/*
+ * The number of buckets of idem_attempt_floor; its trigger and the SQL of
+ * record_sql.c write it as "& 4095"
+ */
+#define IDEM_FLOOR_BUCKETS		4096
+
 /* What a claim answers */
 typedef enum IdemOutcome
 {
@@ -118,6 +124,18 @@ typedef struct IdemWait
 	TimestampTz lock_deadline;
 } IdemWait;
 
+/*
+ * Where a purge of one relation has got to, from one batch to the next:
+ * the expiry the next batch starts at (DT_NOBEGIN at first), and the
+ * buckets of the fencing floor that another transaction held when a batch
+ * wanted them, whose records this purge leaves for a later one.
+ */
+typedef struct IdemPurgeScan
+{
+	TimestampTz from;
+	bool		skip[IDEM_FLOOR_BUCKETS];
+} IdemPurgeScan;
+
 /* settings.c */
 extern int	idem_retention;		/* seconds */
 extern int	idem_retry_window;	/* seconds */
@@ -184,7 +202,7 @@ extern RecordWrite record_finish(const IdemKey *key, IdemState state,
 								 TimestampTz now);
 extern List *record_purge_targets(bool *distributed);
 extern uint64 record_purge_batch(Oid target, TimestampTz now, int batch,
-								 TimestampTz *from);
+								 IdemPurgeScan *scan, bool *more);
 extern List *record_list(text *tenant, text *endpoint, bool with_body,
 						 int32 max_rows, TupleDesc desc);
 extern bool record_forget(const IdemKey *key);
@@ -207,7 +225,8 @@ extern void require_primary(const char *function);
 
 /* purge.c */
 extern List *purge_targets(bool *distributed);
-extern uint64 purge_batch(Oid target, TimestampTz now, TimestampTz *from);
+extern uint64 purge_batch(Oid target, TimestampTz now, IdemPurgeScan *scan,
+						  bool *more);
 extern uint64 purge_all(void);
 
 /* stats.c */

@@ -5,9 +5,16 @@
  *
  * A record is forgotten once its expires_at has passed whether or not it
  * has been purged yet (every function treats it as absent), so purging only
- * gives the space back.  Each batch deletes at most idem.purge_batch rows
- * with FOR UPDATE SKIP LOCKED: it never waits for a transaction that holds
- * a row, and the worker commits after every batch.
+ * gives the space back, and a purge may leave any record for a later one.
+ * It never waits for another transaction: each batch deletes at most
+ * idem.purge_batch rows with FOR UPDATE SKIP LOCKED, so it never waits for
+ * a transaction that holds a row; and it first takes, without waiting, the
+ * rows of the fencing floor that its AFTER DELETE trigger will raise,
+ * leaving the records of a bucket that another transaction holds (an
+ * operator's idem_forget left open) for a later purge (sql_purge_batch).
+ * The rows it deletes are thus never kept "being deleted" for as long as
+ * someone else's transaction lasts, and the worker commits after every
+ * batch.
  *
  * On Citus each node purges the shard placements of idem_record it holds
  * (record_purge_targets), its worker as everywhere else; idem_purge() on
@@ -45,16 +52,17 @@ purge_targets(bool *distributed)
 
 /*
  * Delete one batch of target's records expired by now; returns how many.
- * *from is where the batch starts in expiry order, DT_NOBEGIN for a
- * target's first batch, and is moved on for the next one.
+ * *scan is where the batch starts ({.from = DT_NOBEGIN} for a target's
+ * first batch), and is moved on for the next one; *more tells whether
+ * another batch may find more.
  */
 uint64
-purge_batch(Oid target, TimestampTz now, TimestampTz *from)
+purge_batch(Oid target, TimestampTz now, IdemPurgeScan *scan, bool *more)
 {
 	uint64		deleted;
 
 	record_open();
-	deleted = record_purge_batch(target, now, idem_purge_batch, from);
+	deleted = record_purge_batch(target, now, idem_purge_batch, scan, more);
 	record_close();
 	return deleted;
 }
@@ -120,7 +128,8 @@ purge_worker_nodes(void)
 
 /*
  * idem_purge(): every expired record, batch after batch, in the caller's
- * transaction; on a Citus coordinator, those of every node.
+ * transaction, but those of a floor bucket that another transaction holds;
+ * on a Citus coordinator, those of every node.
  */
 uint64
 purge_all(void)
@@ -136,15 +145,14 @@ purge_all(void)
 	targets = purge_targets(&distributed);
 	foreach(lc, targets)
 	{
-		TimestampTz from = DT_NOBEGIN;
-		uint64		deleted;
+		IdemPurgeScan scan = {.from = DT_NOBEGIN};
+		bool		more;
 
 		do
 		{
 			CHECK_FOR_INTERRUPTS();
-			deleted = purge_batch(lfirst_oid(lc), now, &from);
-			total += deleted;
-		} while (deleted == (uint64) idem_purge_batch);
+			total += purge_batch(lfirst_oid(lc), now, &scan, &more);
+		} while (more);
 	}
 	stats_count_purge(total, start, GetCurrentTimestamp(), false);
 	if (distributed)

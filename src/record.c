@@ -16,9 +16,15 @@
  *   answers in_progress at once, or with wait waits for that transaction
  *   (XactLockTableWait: lock_timeout, the deadlock detector and cancel
  *   apply, and a prepared transaction is waited for until it is finished).
- *   A version being deleted (a purge of an expired record, idem_forget) is
- *   always waited for, as INSERT ... ON CONFLICT waits for it, except by
- *   idem_replay, which never waits and answers from its snapshot.
+ *   A version being deleted (a purge of an expired record, idem_forget, a
+ *   DELETE by hand) is no exception: the deleter may be waiting itself
+ *   (the floor's trigger, for an operator's open transaction) for as long
+ *   as that transaction lasts, and a claim without wait never waits for an
+ *   unrelated transaction.  Whether the deleter commits (the record is
+ *   gone and its bucket's floor raised) or aborts (the record stays), a
+ *   claim that answered in_progress executed nothing and gave out no
+ *   attempt, and the next claim decides over what the deleter left.
+ *   idem_replay never waits either; it answers from its snapshot.
  * - A fresh claim inserts speculatively, as INSERT ... ON CONFLICT does: a
  *   speculative heap insert, then the index entries with every unique
  *   index on the key columns as arbiter; if a concurrent insert of the same
@@ -38,7 +44,9 @@
  *
  * Nothing here deletes a record: the purge and idem_forget go through SQL
  * (record_sql.c), so the AFTER DELETE trigger raises the fencing floor for
- * every deletion.
+ * every deletion.  Before a purge batch deletes, though, it takes the floor
+ * rows of the buckets it deletes from here (idem_hold_floor), without
+ * waiting, so that its trigger never waits for another transaction.
  *
  * The table's CHECK constraints are not run by a heap insert: the values
  * written are checked here first (record_check).
@@ -119,9 +127,6 @@ static const char *const column_names[NUM_COLUMNS] = {
 	[C_EXPIRES_AT] = "expires_at",
 	[C_HEADERS] = "headers"
 };
-
-/* The number of buckets of idem_attempt_floor, as its trigger hashes */
-#define FLOOR_BUCKETS	4096
 
 /* What this backend knows of the tables, until a relcache invalidation */
 typedef struct RecordTables
@@ -454,11 +459,11 @@ record_fetch(const IdemKey *key, IdemRecord *rec)
 /*
  * Look the key up with a dirty snapshot.  Returns RECORD_BUSY (and sets
  * *busy) if another transaction is inserting, updating or deleting the
- * key's record; with wait, or for a deletion, it waits for that
- * transaction and looks again instead.  A read_only probe never waits, and
- * a version being deleted does not make the key busy for it.  Otherwise the slot holds the
- * newest version, which this transaction may act on if it still is the
- * newest when it locks it.
+ * key's record; with wait, it waits for that transaction and looks again
+ * instead.  A read_only probe never waits, and a version being deleted
+ * does not make the key busy for it.  Otherwise the slot holds the newest
+ * version, which this transaction may act on if it still is the newest
+ * when it locks it.
  *
  * The first version the scan returns decides: the unique index lets a
  * second one of the key exist only while another transaction is writing
@@ -513,7 +518,7 @@ probe(const IdemKey *key, bool wait, bool read_only, bool *busy)
 			return RECORD_BUSY;
 		}
 		*busy = true;
-		if (!wait && !deleting)
+		if (!wait)
 			return RECORD_BUSY;
 		XactLockTableWait(xwait, acc.rel, &tid, XLTW_InsertIndex);
 	}
@@ -635,7 +640,7 @@ attempt_floor(const IdemKey *key)
 
 	bucket = DatumGetInt32(DirectFunctionCall1Coll(hashtext, C_COLLATION_OID,
 												   PointerGetDatum(key->key)))
-		& (FLOOR_BUCKETS - 1);
+		& (IDEM_FLOOR_BUCKETS - 1);
 	floor = table_open(tables.floor, AccessShareLock);
 	index = index_open(tables.floor_index, AccessShareLock);
 	slot = table_slot_create(floor, NULL);
@@ -656,6 +661,137 @@ attempt_floor(const IdemKey *key)
 	index_close(index, NoLock);
 	table_close(floor, NoLock);
 	return result;
+}
+
+/*
+ * Insert bucket's floor row, with attempt 1, speculatively: false, and
+ * nothing inserted, if another transaction inserted the bucket's row first
+ * (its insertion is not waited for, as in record_insert_claim).
+ */
+static bool
+insert_floor(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot,
+			 int32 bucket)
+{
+	Relation	floor = rri->ri_RelationDesc;
+	uint32		token;
+	bool		conflict = false;
+
+	ExecClearTuple(slot);
+	slot->tts_values[0] = Int32GetDatum(bucket);
+	slot->tts_values[1] = Int32GetDatum(1);
+	slot->tts_isnull[0] = slot->tts_isnull[1] = false;
+	ExecStoreVirtualTuple(slot);
+
+	token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+	table_tuple_insert_speculative(floor, slot, GetCurrentCommandId(true), 0,
+								   NULL, token);
+	idem_insert_index_tuples(rri, estate, slot, true, false, &conflict,
+							 list_make1_oid(tables.floor_index));
+	table_tuple_complete_speculative(floor, slot, token, !conflict);
+	SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+	return !conflict;
+}
+
+/*
+ * Take the fencing floor's rows of the n distinct buckets (ascending) that
+ * a purge batch is about to delete records of, without waiting for any
+ * other transaction: held[i] tells whether this transaction now holds
+ * buckets[i], having locked its row (as the trigger's ON CONFLICT DO
+ * UPDATE locks it) or inserted it.  The AFTER DELETE trigger, which raises
+ * the floor of every bucket the batch deletes records of, then finds each
+ * row it updates already this transaction's, and never waits.
+ *
+ * A bucket whose row another transaction is inserting, updating or
+ * deleting, or has locked, is not held: that transaction (an operator's
+ * idem_forget left open, a DELETE by hand, another purge) may keep it for
+ * as long as it lasts, and the purge leaves the bucket's records for later
+ * rather than wait with a batch of deletions made and uncommitted, which
+ * would keep every record of the batch "being deleted" meanwhile.
+ *
+ * The row is looked up with a dirty snapshot, which shows another
+ * transaction's insertion or change; one that another transaction merely
+ * locked is found by the lock itself (LockWaitSkip).  A bucket that has no
+ * row yet gets one with attempt 1, inserted speculatively: if another
+ * transaction inserted the bucket's row first, ours is killed and the
+ * bucket is not held.  The trigger then raises the row to the highest
+ * attempt deleted; if no record of the bucket gets deleted after all (a
+ * claim took them over meanwhile), the floor stays at 1, which only makes a
+ * new key of that bucket start at attempt 2: attempts only have to grow.
+ */
+void
+idem_hold_floor(const int32 *buckets, int n, bool *held)
+{
+	Relation	floor;
+	Relation	index;
+	TupleTableSlot *slot;
+	EState	   *estate = NULL;
+	ResultRelInfo *rri = NULL;
+	SnapshotData dirty;
+
+	floor = table_open(tables.floor, RowExclusiveLock);
+	index = index_open(tables.floor_index, RowExclusiveLock);
+	slot = table_slot_create(floor, NULL);
+	InitDirtySnapshot(dirty);
+	for (int i = 0; i < n; i++)
+	{
+		ScanKeyData skey;
+
+		ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT4EQ,
+					Int32GetDatum(buckets[i]));
+		for (;;)
+		{
+			IndexScanDesc scan;
+			bool		found;
+			ItemPointerData tid;
+			TM_FailureData tmfd;
+			TM_Result	result;
+
+			scan = idem_index_beginscan(floor, index, &dirty, 1);
+			index_rescan(scan, &skey, 1, NULL, 0);
+			found = index_getnext_slot(scan, ForwardScanDirection, slot);
+			index_endscan(scan);
+			if (!found)
+			{
+				if (estate == NULL)
+				{
+					estate = CreateExecutorState();
+					rri = makeNode(ResultRelInfo);
+					InitResultRelInfo(rri, floor, 0, NULL, 0);
+					ExecOpenIndices(rri, true);
+				}
+				held[i] = insert_floor(rri, estate, slot, buckets[i]);
+				break;
+			}
+			if (TransactionIdIsValid(dirty.xmin) ||
+				TransactionIdIsValid(dirty.xmax))
+			{
+				held[i] = false;	/* another transaction is writing it */
+				break;
+			}
+			tid = slot->tts_tid;
+			result = table_tuple_lock(floor, &tid, GetLatestSnapshot(), slot,
+									  GetCurrentCommandId(false),
+									  LockTupleNoKeyExclusive, LockWaitSkip,
+									  0, &tmfd);
+			if (result == TM_Ok || result == TM_WouldBlock)
+			{
+				held[i] = result == TM_Ok;
+				break;
+			}
+			/* changed and committed since the look-up: look again */
+			if (result != TM_Updated && result != TM_Deleted)
+				elog(ERROR, "unexpected table_tuple_lock status: %u", result);
+		}
+	}
+	if (estate != NULL)
+	{
+		ExecCloseIndices(rri);
+		FreeExecutorState(estate);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(floor, NoLock);
+	CommandCounterIncrement();
 }
 
 /*
@@ -934,14 +1070,15 @@ record_purge_targets(bool *distributed)
 }
 
 uint64
-record_purge_batch(Oid target, TimestampTz now, int batch, TimestampTz *from)
+record_purge_batch(Oid target, TimestampTz now, int batch,
+				   IdemPurgeScan *scan, bool *more)
 {
 	uint64		deleted;
 
 	if (tables.distributed)
-		return sql_purge_batch(target, now, batch, from);
+		return sql_purge_batch(target, now, batch, scan, more);
 	sql_open(acc.caller);
-	deleted = sql_purge_batch(target, now, batch, from);
+	deleted = sql_purge_batch(target, now, batch, scan, more);
 	sql_close();
 	return deleted;
 }

@@ -7,7 +7,10 @@
  * unique index and the heap; record_sql.c goes through SQL (SPI), which
  * is what a table distributed by Citus needs, and which also runs the
  * purge, the listing and idem_forget.  Nothing outside these two files
- * includes this header.
+ * includes this header.  record_sql.c calls back into record.c for one
+ * thing only: the purge takes the fencing floor's rows directly, without
+ * waiting (idem_hold_floor), which SQL cannot do for a row that another
+ * transaction is inserting.
  *
  *-------------------------------------------------------------------------
  */
@@ -36,10 +39,13 @@ extern void sql_finish(const IdemKey *key, IdemState state, bool retryable,
 					   Jsonb *headers, TimestampTz now);
 extern List *sql_purge_targets(bool *distributed);
 extern uint64 sql_purge_batch(Oid target, TimestampTz now, int batch,
-							  TimestampTz *from);
+							  IdemPurgeScan *scan, bool *more);
 extern List *sql_list(text *tenant, text *endpoint, bool with_body,
 					  int32 max_rows, TupleDesc desc);
 extern bool sql_forget(const IdemKey *key);
+
+/* record.c, for the purge's statements in record_sql.c */
+extern void idem_hold_floor(const int32 *buckets, int n, bool *held);
 
 /* The names of idem_record.state, indexed by IdemState */
 extern const char *const record_state_names[];

@@ -57,6 +57,7 @@ typedef enum RecordPlan
 	PLAN_FETCH,
 	PLAN_RECLAIM,
 	PLAN_FINISH,
+	PLAN_PURGE_SCAN,
 	PLAN_PURGE,
 	PLAN_LIST,
 	PLAN_FORGET,
@@ -135,20 +136,32 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		9, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
 		TIMESTAMPTZOID, JSONBOID}
 	},
-	[PLAN_PURGE] = {
-		"WITH deleted AS (DELETE FROM %1$s"
-		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"SELECT ctid FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
+	[PLAN_PURGE_SCAN] = {
+		/* $4[b + 1]: whether the purge leaves bucket b for later */
+		"SELECT ctid, pg_catalog.hashtext(key) OPERATOR(pg_catalog.&) 4095,"
+		" expires_at FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
 		" AND expires_at OPERATOR(pg_catalog.>=) $3"
 		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
 		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+		" AND NOT $4[(pg_catalog.hashtext(key) OPERATOR(pg_catalog.&) 4095)"
+		" OPERATOR(pg_catalog.+) 1]"
+		" ORDER BY expires_at LIMIT $2",
+		4, {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, BOOLARRAYOID}
+	},
+	[PLAN_PURGE] = {
+		"WITH deleted AS (DELETE FROM %1$s"
+		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"SELECT ctid FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY ($2)"
 		" AND expires_at OPERATOR(pg_catalog.<=) $1"
 		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
 		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
-		" RETURNING expires_at)"
-		" SELECT pg_catalog.count(*), pg_catalog.max(expires_at) FROM deleted",
-		3, {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID}
+		" FOR UPDATE SKIP LOCKED))"
+		" AND expires_at OPERATOR(pg_catalog.<=) $1"
+		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
+		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
+		" RETURNING 1)"
+		" SELECT pg_catalog.count(*) FROM deleted",
+		2, {TIMESTAMPTZOID, TIDARRAYOID}
 	},
 	[PLAN_LIST] = {
 		"SELECT endpoint, key, state, retryable, status, attempt, created_at,"
@@ -758,32 +771,41 @@ sql_purge_targets(bool *distributed)
 }
 
 /*
- * Run the purge statement against a shard placement of the distributed
- * idem_record.  It is prepared at each call: placements come and go as
- * shards move, and a purge runs a few statements a minute.  Citus refuses
- * changes to a shard from outside its own executor unless
- * citus.enable_manual_changes_to_shards is on; it is, for this statement
- * only.  Like the kept plans, the plan finds its rows through the index.
+ * Run one of the purge's statements (PLAN_PURGE_SCAN or PLAN_PURGE) against
+ * target: the local idem_record through its kept plan, or a shard
+ * placement of the distributed one.  A placement's statement is prepared at
+ * each call: placements come and go as shards move, and a purge runs a few
+ * statements a minute.  Citus refuses changes to a shard from outside its
+ * own executor unless citus.enable_manual_changes_to_shards is on; it is,
+ * for this statement only.  Like the kept plans, the plan finds its rows
+ * through an index (or by their ctids).
  */
 static void
-run_purge_on_shard(Oid shard, Datum *values, const char *nulls)
+run_purge_plan(RecordPlan which, Oid target, Datum *values, const char *nulls)
 {
 	StringInfoData sql;
 	SPIPlanPtr	plan;
 	int			nestlevel;
 	int			rc;
-	char	   *schema = get_namespace_name(get_rel_namespace(shard));
+	char	   *schema;
 
+	if (target == record_relid)
+	{
+		run_plan(which, values, nulls, 0);
+		return;
+	}
+
+	schema = get_namespace_name(get_rel_namespace(target));
 	initStringInfo(&sql);
-	appendStringInfo(&sql, plan_specs[PLAN_PURGE].sql,
-					 quote_qualified_identifier(schema, get_rel_name(shard)));
+	appendStringInfo(&sql, plan_specs[which].sql,
+					 quote_qualified_identifier(schema, get_rel_name(target)));
 
 	nestlevel = NewGUCNestLevel();
 	(void) set_config_option("citus.enable_manual_changes_to_shards", "on",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
-	plan = SPI_prepare_cursor(sql.data, plan_specs[PLAN_PURGE].nargs,
-							  (Oid *) plan_specs[PLAN_PURGE].argtypes,
+	plan = SPI_prepare_cursor(sql.data, plan_specs[which].nargs,
+							  (Oid *) plan_specs[which].argtypes,
 							  CURSOR_OPT_GENERIC_PLAN);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
@@ -798,30 +820,58 @@ run_purge_on_shard(Oid shard, Datum *values, const char *nulls)
 
 /*
  * Delete up to batch records of target (one of sql_purge_targets()) that
- * expired by now, skipping rows another transaction has locked: a purge
- * never waits for a claim, and a pending claim whose lease runs is kept,
- * whatever its expiry says.  *from is where in expiry order the batch starts
- * (DT_NOBEGIN: the beginning), and is moved to where the next batch of the
- * same purge may start: without it, every batch would walk again over the
- * index entries of the rows that the batches before it deleted, which stay
- * until VACUUM.  A shard placement that has gone since the targets were
- * listed (moved away and dropped) has nothing left to purge.
+ * expired by now, without ever waiting for another transaction, and commit
+ * nothing: the caller's transaction holds what the batch did.
+ *
+ * A batch first reads, without locking anything, up to batch expired
+ * records in expiry order from scan->from on, leaving out the buckets of
+ * the fencing floor in scan->skip; then takes the floor rows of their
+ * buckets without waiting (idem_hold_floor); and only then deletes those
+ * of its records whose bucket it holds.  So the AFTER DELETE trigger that
+ * raises the floor finds every row it updates already held, and the batch
+ * never waits with deletions made: a transaction that holds a bucket (an
+ * operator's idem_forget left open) makes the purge leave that bucket's
+ * records, which go into scan->skip for the rest of this purge, and the
+ * next purge tries them again.  The deletion locks its rows with SKIP
+ * LOCKED: a purge never waits for a claim, and a pending claim whose lease
+ * runs is kept, whatever its expiry says.  The rows are named by ctid: the
+ * caller's snapshot is still active, so no version that the read saw can
+ * be pruned and its slot reused before the deletion; a version that
+ * another transaction updated since is no longer visible, or is locked,
+ * and is left.
+ *
+ * scan->from moves to the last expiry read: without it, every batch would
+ * walk again over the index entries of the rows that the batches before
+ * it deleted, which stay until VACUUM.  *more tells whether another batch
+ * may find more: this one read a full batch, and deleted something, left
+ * out a bucket more, or moved scan->from on (otherwise the next batch
+ * would read the same records again).  A shard placement that has gone
+ * since the targets were listed (moved away and dropped) has nothing left
+ * to purge.
  */
 uint64
-sql_purge_batch(Oid target, TimestampTz now, int batch, TimestampTz *from)
+sql_purge_batch(Oid target, TimestampTz now, int batch, IdemPurgeScan *scan,
+				bool *more)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum	   *skip;
+	bool		wanted[IDEM_FLOOR_BUCKETS] = {false};
+	int32	   *buckets;
+	bool	   *held;
+	int			nbuckets = 0;
+	int			newly_skipped = 0;
+	ItemPointerData *tids;
+	int32	   *row_buckets;
+	Datum	   *delete_tids;
+	int			ndelete = 0;
+	uint64		nrows;
+	TimestampTz from = scan->from;
 	bool		isnull;
-	int64		deleted;
-	Datum		last;
+	uint64		deleted = 0;
 
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(batch);
-	values[2] = TimestampTzGetDatum(*from);
-	if (target == record_relid)
-		run_plan(PLAN_PURGE, values, nulls, 0);
-	else
+	*more = false;
+	if (target != record_relid)
 	{
 		/* lock, then look: the placement cannot go while we purge it */
 		LockRelationOid(target, RowExclusiveLock);
@@ -830,12 +880,73 @@ sql_purge_batch(Oid target, TimestampTz now, int batch, TimestampTz *from)
 			UnlockRelationOid(target, RowExclusiveLock);
 			return 0;
 		}
-		run_purge_on_shard(target, values, nulls);
 	}
 
-	deleted = DatumGetInt64(first_row_column(1, &isnull));
-	last = first_row_column(2, &isnull);
-	if (!isnull)
-		*from = DatumGetTimestampTz(last);
-	return (uint64) deleted;
+	/* the next records to delete, and their buckets */
+	skip = palloc(IDEM_FLOOR_BUCKETS * sizeof(Datum));
+	for (int b = 0; b < IDEM_FLOOR_BUCKETS; b++)
+		skip[b] = BoolGetDatum(scan->skip[b]);
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(batch);
+	values[2] = TimestampTzGetDatum(scan->from);
+	values[3] = PointerGetDatum(construct_array(skip, IDEM_FLOOR_BUCKETS,
+												BOOLOID, 1, true,
+												TYPALIGN_CHAR));
+	run_purge_plan(PLAN_PURGE_SCAN, target, values, nulls);
+	nrows = SPI_processed;
+	if (nrows == 0)
+		return 0;
+	tids = palloc(nrows * sizeof(ItemPointerData));
+	row_buckets = palloc(nrows * sizeof(int32));
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		tids[i] = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 1,
+																  &isnull));
+		row_buckets[i] = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
+		if (row_buckets[i] < 0 || row_buckets[i] >= IDEM_FLOOR_BUCKETS)
+			elog(ERROR, "idem purge read bucket %d", row_buckets[i]);
+		wanted[row_buckets[i]] = true;
+		if (i == nrows - 1)
+			scan->from = DatumGetTimestampTz(SPI_getbinval(row, desc, 3,
+														   &isnull));
+	}
+
+	/* their buckets of the floor, in bucket order, as the trigger goes */
+	buckets = palloc(IDEM_FLOOR_BUCKETS * sizeof(int32));
+	for (int b = 0; b < IDEM_FLOOR_BUCKETS; b++)
+		if (wanted[b])
+			buckets[nbuckets++] = b;
+	held = palloc(nbuckets * sizeof(bool));
+	idem_hold_floor(buckets, nbuckets, held);
+	for (int i = 0; i < nbuckets; i++)
+	{
+		wanted[buckets[i]] = held[i];
+		if (!held[i])
+		{
+			scan->skip[buckets[i]] = true;
+			newly_skipped++;
+		}
+	}
+
+	/* delete the records of the buckets held */
+	delete_tids = palloc(nrows * sizeof(Datum));
+	for (uint64 i = 0; i < nrows; i++)
+		if (wanted[row_buckets[i]])
+			delete_tids[ndelete++] = PointerGetDatum(&tids[i]);
+	if (ndelete > 0)
+	{
+		values[1] = PointerGetDatum(construct_array(delete_tids, ndelete,
+													TIDOID,
+													sizeof(ItemPointerData),
+													false, TYPALIGN_SHORT));
+		run_purge_plan(PLAN_PURGE, target, values, nulls);
+		deleted = (uint64) DatumGetInt64(first_row_column(1, &isnull));
+	}
+
+	*more = nrows == (uint64) batch &&
+		(deleted > 0 || newly_skipped > 0 || scan->from > from);
+	return deleted;
 }

@@ -16,6 +16,15 @@
  * few seconds for other sessions to leave, never finds a purge in its way
  * for longer than one visit.
  *
+ * The purge itself never waits for a row or a bucket of the fencing floor
+ * (purge.c), but a worker may still have to wait for a lock of a whole
+ * table (an operator's LOCK TABLE, an ALTER TABLE), for as long as that
+ * transaction lasts.  So the launcher waits for a worker only until
+ * IDEM_PURGE_VISIT_WAIT_MS have passed, then goes on to the next database,
+ * and leaves the database of a worker still running out of its next rounds
+ * until that worker has ended: one database's stuck purge never stops the
+ * others', and holds one worker process at most.
+ *
  * On Citus, a worker purges the shard placements of idem_record that its
  * node holds, one after the other (record_purge_targets).
  *
@@ -51,11 +60,24 @@
 /* Longest stay of one purge worker in its database */
 #define IDEM_PURGE_VISIT_MS		1000
 
+/* Longest wait of the launcher for one database's worker */
+#define IDEM_PURGE_VISIT_WAIT_MS	(2 * IDEM_PURGE_VISIT_MS)
+
 /* Seconds before the postmaster restarts a launcher that exited */
 #define IDEM_LAUNCHER_RESTART_S	5
 
 PGDLLEXPORT void idem_launcher_main(Datum main_arg);
 PGDLLEXPORT void idem_purge_main(Datum main_arg);
+
+/* A worker that the launcher stopped waiting for, still running perhaps */
+typedef struct Straggler
+{
+	Oid			dboid;
+	BackgroundWorkerHandle *handle;
+} Straggler;
+
+/* The launcher's stragglers, in TopMemoryContext */
+static List *stragglers = NIL;
 
 static void
 fill_worker(BackgroundWorker *bgw, const char *function, const char *type)
@@ -117,30 +139,134 @@ list_databases(void)
 	return result;
 }
 
-/* Run one purge worker in a database and wait until it is done */
-static void
+/*
+ * Forget the stragglers that have ended; true if dboid's worker still runs
+ * (or has not started yet).
+ */
+static bool
+sweep_stragglers(Oid dboid)
+{
+	bool		running = false;
+	ListCell   *lc;
+
+	foreach(lc, stragglers)
+	{
+		Straggler  *s = (Straggler *) lfirst(lc);
+		pid_t		pid;
+
+		if (GetBackgroundWorkerPid(s->handle, &pid) == BGWH_STOPPED)
+		{
+			pfree(s->handle);
+			pfree(s);
+			stragglers = foreach_delete_current(stragglers, lc);
+		}
+		else if (s->dboid == dboid)
+			running = true;
+	}
+	return running;
+}
+
+/*
+ * Wait for a worker to end, for IDEM_PURGE_VISIT_WAIT_MS at most; true if
+ * it ended.  The postmaster sets the launcher's latch when the worker ends
+ * (bgw_notify_pid).
+ */
+static bool
+wait_for_worker(BackgroundWorkerHandle *handle)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   IDEM_PURGE_VISIT_WAIT_MS);
+
+	for (;;)
+	{
+		pid_t		pid;
+		long		remaining;
+
+		if (GetBackgroundWorkerPid(handle, &pid) == BGWH_STOPPED)
+			return true;
+		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													deadline);
+		if (remaining <= 0)
+			return false;
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 remaining, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * Run one purge worker in a database and wait until it is done, or until
+ * the wait's bound: true if it ended then.  A database whose worker of an
+ * earlier round still runs gets no second one.
+ */
+static bool
 visit_database(Oid dboid)
 {
 	BackgroundWorker bgw;
 	BackgroundWorkerHandle *handle;
 	pid_t		pid;
+	MemoryContext old;
+	Straggler  *s;
+
+	if (sweep_stragglers(dboid))
+		return false;
 
 	fill_worker(&bgw, "idem_purge_main", "idem purge");
 	bgw.bgw_restart_time = BGW_NEVER_RESTART;
 	bgw.bgw_main_arg = ObjectIdGetDatum(dboid);
 	bgw.bgw_notify_pid = MyProcPid;
 
+	old = MemoryContextSwitchTo(TopMemoryContext);
 	if (!RegisterDynamicBackgroundWorker(&bgw, &handle))
 	{
+		MemoryContextSwitchTo(old);
 		ereport(LOG,
 				(errmsg("idem could not start a purge worker for database %u", dboid),
 				 errhint("Raise max_worker_processes.")));
-		return;
+		return false;
 	}
-	if (WaitForBackgroundWorkerStartup(handle, &pid) == BGWH_POSTMASTER_DIED ||
-		WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
+	MemoryContextSwitchTo(old);
+	if (WaitForBackgroundWorkerStartup(handle, &pid) == BGWH_POSTMASTER_DIED)
 		proc_exit(1);
-	pfree(handle);
+	if (wait_for_worker(handle))
+	{
+		pfree(handle);
+		return true;
+	}
+
+	s = MemoryContextAlloc(TopMemoryContext, sizeof(Straggler));
+	s->dboid = dboid;
+	s->handle = handle;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	stragglers = lappend(stragglers, s);
+	MemoryContextSwitchTo(old);
+	return false;
+}
+
+/*
+ * Sleep for idem.purge_interval, or until a reload, which may change it.
+ * A straggler that ends meanwhile sets the latch too; it is no reason for
+ * an early round.
+ */
+static void
+sleep_interval(void)
+{
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  idem_purge_interval);
+	long		remaining;
+
+	while (!ConfigReloadPending &&
+		   (remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+														end)) > 0)
+	{
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 remaining, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 void
@@ -172,20 +298,15 @@ idem_launcher_main(Datum main_arg)
 		databases = list_databases();
 		foreach(lc, databases)
 		{
-			visit_database(lfirst_oid(lc));
-			backlog |= stats_purge_backlog(lfirst_oid(lc));
+			if (visit_database(lfirst_oid(lc)))
+				backlog |= stats_purge_backlog(lfirst_oid(lc));
 			CHECK_FOR_INTERRUPTS();
 		}
 		list_free(databases);
 		pgstat_report_activity(STATE_IDLE, NULL);
 
 		if (!backlog)
-		{
-			(void) WaitLatch(MyLatch,
-							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 idem_purge_interval, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-		}
+			sleep_interval();
 	}
 }
 
@@ -196,7 +317,7 @@ idem_purge_main(Datum main_arg)
 	TimestampTz start;
 	TimestampTz deadline;
 	uint64		total = 0;
-	uint64		deleted = 0;
+	bool		more = false;
 	bool		installed;
 	bool		distributed;
 	List	   *targets;
@@ -239,7 +360,7 @@ idem_purge_main(Datum main_arg)
 	deadline = TimestampTzPlusMilliseconds(start, IDEM_PURGE_VISIT_MS);
 	foreach(lc, targets)
 	{
-		TimestampTz from = DT_NOBEGIN;
+		IdemPurgeScan scan = {.from = DT_NOBEGIN};
 
 		do
 		{
@@ -256,22 +377,20 @@ idem_purge_main(Datum main_arg)
 			PushActiveSnapshot(GetTransactionSnapshot());
 			pgstat_report_activity(STATE_RUNNING, "purging expired records");
 
-			deleted = purge_batch(lfirst_oid(lc),
-								  GetCurrentStatementStartTimestamp(), &from);
+			total += purge_batch(lfirst_oid(lc),
+								 GetCurrentStatementStartTimestamp(), &scan,
+								 &more);
 
 			PopActiveSnapshot();
 			CommitTransactionCommand();
-			total += deleted;
-		} while (deleted == (uint64) idem_purge_batch &&
-				 GetCurrentTimestamp() < deadline);
+		} while (more && GetCurrentTimestamp() < deadline);
 
 		/* out of time with expired records left: the launcher comes back */
-		if (deleted == (uint64) idem_purge_batch)
+		if (more)
 			break;
 	}
 
-	stats_count_purge(total, start, GetCurrentTimestamp(),
-					  deleted == (uint64) idem_purge_batch);
+	stats_count_purge(total, start, GetCurrentTimestamp(), more);
 	pgstat_report_stat(true);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	proc_exit(0);
