@@ -11,6 +11,7 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +31,7 @@ print(json.dumps({"outcomes": outcomes, "body": c.body.decode(), "file": pg_idem
 """
 
 
-def test_build_install_and_run() -> None:
+def test_build_install_and_run(db: Any) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dist = Path(tmp, "dist")
         # build from a copy: the build writes egg-info and build/ beside the sources
@@ -52,7 +53,8 @@ def test_build_install_and_run() -> None:
         subprocess.run([str(py), "-m", "pip", "install", "--no-index", "--no-deps", "--quiet", str(wheel)],
                        check=True, capture_output=True)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        out = subprocess.run([str(py), "-c", APP], cwd=tmp, env=env, check=True, capture_output=True, text=True)
+        out = subprocess.run([str(py), "-c", APP], cwd=tmp, env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
         import json
 
         r = json.loads(out.stdout)
