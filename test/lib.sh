@@ -17,6 +17,10 @@ pg_from_source() {
 	! dpkg-query -S "$bin/postgres" >/dev/null 2>&1
 }
 PACKAGES="make gcc libtap-parser-sourcehandler-pgtap-perl libipc-run-perl pgbouncer"
+# the Python client package's build and tests (clients/python), with
+# Debian's python3
+PACKAGES="$PACKAGES python3-psycopg python3-starlette python3-httpx python3-django
+python3-pytest python3-build python3-setuptools python3-wheel python3-venv python3-uvicorn"
 pg_from_source || PACKAGES="$PACKAGES postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
 postgresql-$PG_MAJOR-pgtap"
 

@@ -10,6 +10,9 @@
 #   isolation    test/isolation/specs/*.spec against test/isolation/expected
 #   pgTAP        test/pgtap/*.sql through pg_prove
 #   HTTP         test/http/e2e.test.js, the example service (Node.js)
+#   clients      the client packages: clients/node (node --test) and
+#                clients/python (pytest, Debian's python3), their artefacts
+#                (npm pack, a wheel) installed into clean directories
 #   TAP          test/t/*.pl (PostgreSQL::Test::Cluster)
 #   Citus        test/citus/*.pl, a coordinator and two workers; Citus is
 #                built once by test/citus/build.sh (as root, which make
@@ -24,8 +27,8 @@
 #
 # While working on one thing, run part of it (the full run is the default):
 #   IDEM_TEST_SUITES="regress isolation"    which suites, of: version
-#                                           regress isolation pgtap http tap
-#                                           citus
+#                                           regress isolation pgtap http
+#                                           clients tap citus
 #   IDEM_TEST_REGRESS="claim errors"        which sql/*.sql files
 #   IDEM_TEST_ISOLATION="claim-race"        which specs
 #   IDEM_TEST_TAP="001_worker"              which test/t/*.pl scripts
@@ -39,7 +42,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh
 
-SUITES=${IDEM_TEST_SUITES:-version regress isolation pgtap http tap citus}
+SUITES=${IDEM_TEST_SUITES:-version regress isolation pgtap http clients tap citus}
 want() { [[ " $SUITES " == *" $1 "* ]]; }
 
 ensure_packages
@@ -199,9 +202,9 @@ if want isolation; then
 	[ -f "$OUT/isolation_out/regression.diffs" ] && cat "$OUT/isolation_out/regression.diffs"
 fi
 
-# pgTAP (the schema and privileges) and the HTTP example, against a server
-# of our own
-if want pgtap || want http; then
+# pgTAP (the schema and privileges), the HTTP example and the client
+# packages, against a server of our own (a database each)
+if want pgtap || want http || want clients; then
 	PGDATA_TAP=$OUT/pgtap_data
 	SOCK=$(mktemp -d /tmp/idem-sock.XXXXXX)
 	PORT=${IDEM_TEST_PORT:-54329}
@@ -236,6 +239,42 @@ if want pgtap || want http; then
 				cat "$OUT/npm.log"
 				say "npm ci failed in test/http"
 				failed=$((failed + 1))
+			fi
+		fi
+		# the client packages (clients/): node's TAP reporter as above;
+		# pytest's last line "N passed, N failed, N errors, N skipped"
+		# (any order, each part optional), with Debian's python3
+		if want clients; then
+			say "client packages: clients/node (Node.js)"
+			createdb -h "$SOCK" -p "$PORT" idem_clients_node
+			if (cd clients/node && npm ci --no-audit --no-fund) >"$OUT/npm-clients.log" 2>&1; then
+				(cd clients/node && PGHOST=$SOCK PGPORT=$PORT PGDATABASE=idem_clients_node \
+					node --test --test-reporter=tap test/*.test.js) 2>&1 |
+					tee "$OUT/clients-node.log"
+				t=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$OUT/clients-node.log")
+				f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$OUT/clients-node.log")
+				passed=$((passed + ${t:-0}))
+				failed=$((failed + ${f:-1}))
+			else
+				cat "$OUT/npm-clients.log"
+				say "npm ci failed in clients/node"
+				failed=$((failed + 1))
+			fi
+			say "client packages: clients/python (pytest)"
+			createdb -h "$SOCK" -p "$PORT" idem_clients_python
+			PGHOST=$SOCK PGPORT=$PORT PGDATABASE=idem_clients_python PYTHONPATH=$ROOT/clients/python/src \
+				PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -p no:cacheprovider -v \
+				clients/python/tests 2>&1 | tee "$OUT/clients-python.log"
+			sumline=$(grep -E '^=+ .*(passed|failed|error|skipped).* in [0-9.]+s' "$OUT/clients-python.log" | tail -1)
+			n() { echo "$sumline" | grep -oE "[0-9]+ $1" | grep -oE '^[0-9]+' || echo 0; }
+			if [ -z "$sumline" ]; then
+				say "clients/python: no pytest summary line"
+				failed=$((failed + 1))
+			else
+				passed=$((passed + $(n passed)))
+				failed=$((failed + $(n failed) + $(n 'errors?')))
+				skipped=$((skipped + $(n skipped)))
+				[ "$(n skipped)" -eq 0 ] || skips+=("clients/python: $(n skipped) skipped by pytest")
 			fi
 		fi
 		pg_ctl -D "$PGDATA_TAP" -m fast -w stop >/dev/null

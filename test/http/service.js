@@ -1,15 +1,20 @@
 // test/http/service.js: an HTTP API on idem.  The example to copy.
 //
-//   POST /v1/orders    the effect is a row in this database: claim, insert
-//                      the order and complete, all in one transaction.
-//   POST /v1/payments  the effect is a charge at an external provider:
-//                      claim and commit, call the provider with the same
-//                      key, then complete (the cross-transaction pattern).
+//   POST /v1/orders    the effect is a row in this database: the plugin
+//                      claims, the handler inserts the order in the claim's
+//                      transaction (request.idem.client), and the plugin
+//                      stores the response and commits before sending it.
+//   POST /v1/payments  the effect is a charge at an external provider: the
+//                      external-call pattern (the route's config.idem
+//                      {external: true}): the claim commits first, the
+//                      handler calls the provider with the same key, and the
+//                      plugin stores its answer, fenced by the attempt.
 //   a reconciliation job settles payments whose claim outlived its lease
 //   ("unknown") by asking the provider, then completes or releases them.
 //
-// The outcome -> HTTP mapping (Idempotency-Key, 409/422, Retry-After,
-// Idempotent-Replayed, the stored headers) is the plugin ./idempotency.js.
+// The outcome -> HTTP mapping (Idempotency-Key, 400/409/422, Retry-After,
+// Idempotent-Replayed, the stored headers) is the package pg-idem
+// (clients/node), its fastify plugin.
 //
 // The tenant comes from the caller's credentials (a bearer token), never
 // from the body, and each tenant's queries run as a database role bound to
@@ -19,7 +24,7 @@
 
 const Fastify = require('fastify');
 const { Pool } = require('pg');
-const idempotency = require('./idempotency');
+const idem = require('pg-idem');
 
 const PAYMENT_LEASE = process.env.PAYMENT_LEASE || '2 seconds';
 const ORDER_WORK_MS = Number(process.env.ORDER_WORK_MS || 300);
@@ -33,101 +38,62 @@ const pools = Object.fromEntries(Object.values(tenants).map((t) => [t, new Pool(
 const admin = new Pool({ max: 2, application_name: 'reconciler' });
 
 const app = Fastify({ logger: false });
-// keep request bodies as bytes too: the fingerprint is the canonical JSON
-app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-  try { done(null, body === '' ? {} : JSON.parse(body)); } catch (e) { e.statusCode = 400; done(e); }
-});
 
 function tenantOf(req) {
   const m = /^Bearer (.+)$/.exec(req.headers.authorization || '');
   return m && tenants[m[1]];
 }
 
-async function withClient(tenant, fn) {
-  const client = await pools[tenant].connect();
-  try { return await fn(client); } finally { client.release(); }
-}
-
-// Every API call names its tenant (credentials) and its key (header).
-async function identify(req, reply) {
-  req.tenant = tenantOf(req);
-  if (!req.tenant) return reply.code(401).send({ error: 'unknown credentials' });
-}
-
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
-// The API's routes: a plugin registered after ./idempotency.js, whose
-// decorators it uses
-async function routes(app) {
-  const preHandler = [identify, app.idempotencyKey];
+// Every API call names its tenant (credentials) before the plugin claims
+app.addHook('onRequest', async (req, reply) => {
+  if (!req.url.startsWith('/v1/')) return undefined;
+  req.tenant = tenantOf(req);
+  if (!req.tenant) return reply.code(401).send({ error: 'unknown credentials' });
+  return undefined;
+});
 
-  // Orders: the claim, the order and the stored response commit together.
-  app.post('/v1/orders', { preHandler }, async (req, reply) => withClient(req.tenant, async (db) => {
-    await db.query('BEGIN');
-    try {
-      const { rows: [claim] } = await db.query(
-        'SELECT outcome, status, body, headers FROM idem_claim($1, $2, $3, $4::jsonb)',
-        [req.tenant, 'POST /v1/orders', req.idempotencyKey, JSON.stringify(req.body)]);
-      if (claim.outcome !== 'claimed') {
-        await db.query('ROLLBACK');
-        return reply.sendClaim(claim);
-      }
-      await new Promise((r) => setTimeout(r, ORDER_WORK_MS)); // the slow part of the work
-      const { rows: [order] } = await db.query(
-        'INSERT INTO orders (tenant, idem_key, item, qty) VALUES ($1, $2, $3, $4) RETURNING id, item, qty',
-        [req.tenant, req.idempotencyKey, String(req.body.item), Number(req.body.qty) || 1]);
-      const response = {
-        status: 201,
-        body: Buffer.from(JSON.stringify({ id: order.id, item: order.item, qty: order.qty })),
-        headers: { ...JSON_HEADERS, Location: `/v1/orders/${order.id}` },
-      };
-      await db.query('SELECT idem_complete($1, $2, $3, $4, $5::bytea, headers => $6::jsonb)',
-        [req.tenant, 'POST /v1/orders', req.idempotencyKey, response.status, response.body,
-          JSON.stringify(response.headers)]);
-      await db.query('COMMIT');
-      return reply.sendResponse(response);
-    } catch (e) {
-      await db.query('ROLLBACK').catch(() => {});
-      throw e; // a system error: nothing is left, the retry executes
-    }
-  }));
+app.register(idem.fastify, {
+  pool: (req) => pools[req.tenant],
+  tenant: (req) => req.tenant,
+  required: true,
+  retryAfter: 1,
+});
 
-  app.post('/v1/payments', { preHandler }, (req, reply) => pay(req, reply));
-}
+// Orders: the claim, the order and the stored response commit together.
+app.post('/v1/orders', async (req, reply) => {
+  await new Promise((r) => setTimeout(r, ORDER_WORK_MS)); // the slow part of the work
+  const { rows: [order] } = await req.idem.client.query(
+    'INSERT INTO orders (tenant, idem_key, item, qty) VALUES ($1, $2, $3, $4) RETURNING id, item, qty',
+    [req.tenant, req.idem.key, String(req.body.item), Number(req.body.qty) || 1]);
+  reply.code(201).headers({ ...JSON_HEADERS, Location: `/v1/orders/${order.id}` });
+  return Buffer.from(JSON.stringify({ id: order.id, item: order.item, qty: order.qty }));
+});
 
-// Payments: the effect is outside the database.
-async function pay(req, reply) {
-  const { tenant, idempotencyKey: idemKey } = req;
-  const claim = await withClient(tenant, async (db) => (await db.query(
-    'SELECT outcome, status, body, headers, attempt FROM idem_claim($1, $2, $3, $4::jsonb, lease => $5::interval)',
-    [tenant, 'POST /v1/payments', idemKey, JSON.stringify(req.body), PAYMENT_LEASE])).rows[0]);
-  if (claim.outcome !== 'claimed') return reply.sendClaim(claim);
-
-  // The claim is committed: retries now get 409 until we finish.
+// Payments: the effect is outside the database.  The claim is committed
+// before this handler runs: retries get 409 until it answers.
+app.post('/v1/payments', { config: { idem: { external: true, lease: PAYMENT_LEASE } } }, async (req, reply) => {
   let res;
   try {
     res = await fetch(`${PROVIDER}/charges`, {
       method: 'POST',
       headers: {
         'content-type': 'application/json',
-        'idempotency-key': `${tenant}:${idemKey}`,
+        'idempotency-key': `${req.tenant}:${req.idem.key}`,
         ...(req.headers['x-provider-delay-ms'] ? { 'x-provider-delay-ms': req.headers['x-provider-delay-ms'] } : {}),
       },
       body: JSON.stringify({ amount: req.body.amount }),
     });
   } catch (e) {
-    // No answer: the charge may or may not have happened.  Leave the claim
-    // pending; once its lease runs out it is "unknown" and reconciled.
-    return reply.code(502).send({ error: 'payment provider did not answer; retry later' });
+    // No answer: the charge may or may not have happened.  A 5xx leaves the
+    // claim pending; once its lease runs out it is "unknown" and reconciled.
+    reply.code(502).type('application/problem+json');
+    return { type: 'about:blank', title: 'Bad Gateway', status: 502, detail: 'payment provider did not answer; retry later' };
   }
-  const response = { status: res.ok ? 201 : 402, body: Buffer.from(await res.text()), headers: JSON_HEADERS };
-  await withClient(tenant, (db) => db.query(
-    res.ok ? 'SELECT idem_complete($1, $2, $3, $4, $5::bytea, attempt => $6, headers => $7::jsonb)'
-      : 'SELECT idem_fail($1, $2, $3, $4, $5::bytea, attempt => $6, headers => $7::jsonb)',
-    [tenant, 'POST /v1/payments', idemKey, response.status, response.body, claim.attempt,
-      JSON.stringify(response.headers)]));
-  return reply.sendResponse(response);
-}
+  reply.code(res.ok ? 201 : 402).headers(JSON_HEADERS);
+  return Buffer.from(await res.text()); // stored with the claim's attempt, then sent
+});
 
 // Reconciliation: settle every payment whose claim outlived its lease.
 async function reconcile() {
@@ -158,9 +124,7 @@ async function reconcile() {
   return settled;
 }
 
-app.register(idempotency, { retryAfter: 1 });
-app.register(routes);
-app.post('/admin/reconcile', async () => ({ settled: await reconcile() }));
+app.post('/admin/reconcile', { config: { idem: false } }, async () => ({ settled: await reconcile() }));
 
 const timer = setInterval(() => reconcile().catch((e) => console.error('reconcile:', e.message)),
   Number(process.env.RECONCILE_EVERY_MS || 500));

@@ -1,0 +1,108 @@
+// Type declarations of pg-idem (hand-written).
+import type { Pool, PoolClient } from 'pg';
+
+/** The scope of a record: tenant + endpoint + key, and how to claim it. */
+export interface Scope {
+  tenant: string;
+  endpoint: string;
+  key: string;
+  /** bytes as they are; a string as text; anything else as canonical JSON */
+  fingerprint?: Buffer | string | object | null;
+  /** wait for another holder of the key: true (10 s) or milliseconds */
+  wait?: boolean | number;
+  /** the claim's lease: milliseconds or a PostgreSQL interval ('30 seconds') */
+  lease?: number | string;
+}
+
+export type Headers = Record<string, string | string[]>;
+
+/** What a handler produces; `body` an object is stored as its JSON. */
+export interface Response {
+  status?: number;
+  headers?: Headers;
+  body?: Buffer | Uint8Array | string | object | null;
+}
+
+export interface Result {
+  outcome: 'claimed' | 'replay';
+  status: number;
+  headers: Headers;
+  /** the stored bytes (null: no body) */
+  body: Buffer | null;
+  replayed: boolean;
+  attempt: number;
+  /** claimed only: the result was recorded as a retryable failure (a 5xx) */
+  retryable?: boolean;
+}
+
+/** in_progress, mismatch or unknown: nothing was executed. */
+export class IdemError extends Error {
+  readonly outcome: 'in_progress' | 'mismatch' | 'unknown';
+  readonly attempt: number | null;
+  /** 409, or 422 for a mismatch */
+  readonly statusCode: number;
+}
+
+export function withIdempotency(
+  pool: Pool,
+  scope: Scope,
+  fn: (client: PoolClient) => Promise<Response> | Response,
+): Promise<Result>;
+
+/** What `request.idem` / `req.idem` holds for a claimed request. */
+export interface IdemRequest {
+  /** the claim's transaction: run the handler's writes here (null in external mode) */
+  client: PoolClient | null;
+  tenant: string;
+  endpoint: string;
+  key: string;
+  attempt: number;
+  expiresAt: Date;
+  outcome: 'claimed';
+}
+
+export interface HttpOptions<Req = any> {
+  /** a pg Pool, or a function of the request that picks one */
+  pool: Pool | ((request: Req) => Pool);
+  /** the tenant of a request (from its credentials), or a constant */
+  tenant: string | ((request: Req) => string | Promise<string>);
+  /** a request without the key gets 400 (default false: it runs without idem) */
+  required?: boolean;
+  /** the key's header (default Idempotency-Key) */
+  header?: string;
+  /** wait for a concurrent duplicate instead of 409: true (10 s) or milliseconds */
+  wait?: boolean | number;
+  /** the claim's lease: milliseconds or a PostgreSQL interval */
+  lease?: number | string;
+  /** Retry-After of a 409, in seconds (default 1) */
+  retryAfter?: number;
+  /** the methods that take a key (default POST, PATCH) */
+  methods?: string[];
+  /** the request's fingerprint; false: none; default method + path + canonical body */
+  fingerprint?: false | null | ((request: Req) => Buffer | string | null);
+}
+
+/** fastify route option `config.idem`: false, or overrides for the route */
+export interface RouteOptions {
+  required?: boolean;
+  wait?: boolean | number;
+  lease?: number | string;
+  /** the external-call pattern: the claim commits before the handler runs */
+  external?: boolean;
+}
+
+/** The fastify plugin: app.register(fastify, options). */
+export declare const fastify: {
+  (app: any, options: HttpOptions, done: (err?: Error) => void): void;
+};
+
+/** The Express middleware. */
+export function express(options: HttpOptions & { onError?: (err: Error, req: any) => void }):
+  (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;
+
+/** JSON with object keys sorted at every level. */
+export function canonicalJson(value: unknown): string;
+/** The default fingerprint: SHA-256 of method, path and canonical body. */
+export function fingerprint(method: string, path: string, body: unknown): Buffer;
+export const MAX_KEY_LENGTH: 255;
+

@@ -1,0 +1,319 @@
+// pg-idem/lib/core.js: what every integration shares: the SQL of a claim and
+// of finishing it, the request fingerprint, the stored response's headers
+// and the problem+json answers (RFC 9457).
+'use strict';
+
+const crypto = require('node:crypto');
+const http = require('node:http');
+
+/** The longest key idem accepts (bytes; keys are ASCII header values). */
+const MAX_KEY_LENGTH = 255;
+
+// Headers that are never stored nor replayed: the server computes them for
+// each answer (framing, hop-by-hop), or they describe this answer only.
+const NOT_STORED = new Set([
+  'connection', 'content-length', 'date', 'keep-alive', 'transfer-encoding',
+  'idempotent-replayed', 'upgrade', 'trailer', 'te', 'proxy-connection',
+]);
+
+/**
+ * An outcome of idem_claim that the caller cannot execute: `in_progress`,
+ * `mismatch` or `unknown`.
+ */
+class IdemError extends Error {
+  /**
+   * @param {string} outcome
+   * @param {object} [claim] the row of idem_claim
+   */
+  constructor(outcome, claim = {}) {
+    super(MESSAGES[outcome] || `idem: outcome ${outcome}`);
+    this.name = 'IdemError';
+    this.outcome = outcome;
+    this.attempt = claim.attempt ?? null;
+    this.statusCode = outcome === 'mismatch' ? 422 : 409;
+  }
+}
+
+const MESSAGES = {
+  in_progress: 'a request with this idempotency key is in progress',
+  mismatch: 'this idempotency key was used with a different request',
+  unknown: 'a request with this idempotency key did not finish; it is being reconciled',
+};
+
+/**
+ * JSON with object keys sorted at every level: the same document always
+ * gives the same text, whatever its key order or white space.
+ * @param {unknown} value
+ * @returns {string}
+ */
+function canonicalJson(value) {
+  if (value === null || typeof value !== 'object') {
+    const s = JSON.stringify(value);
+    return s === undefined ? 'null' : s;
+  }
+  if (typeof value.toJSON === 'function') return canonicalJson(value.toJSON());
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  const keys = Object.keys(value).filter((k) => value[k] !== undefined).sort();
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(value[k])}`).join(',')}}`;
+}
+
+/**
+ * The bytes of a request body as the fingerprint sees them: raw bytes as
+ * they are, a string as UTF-8, a parsed document as canonical JSON.
+ * @param {unknown} body
+ * @returns {Buffer}
+ */
+function bodyBytes(body) {
+  if (body === undefined || body === null) return Buffer.alloc(0);
+  if (Buffer.isBuffer(body)) return body;
+  if (body instanceof Uint8Array) return Buffer.from(body);
+  if (typeof body === 'string') return Buffer.from(body);
+  return Buffer.from(canonicalJson(body));
+}
+
+/**
+ * The default fingerprint: SHA-256 over the method, the path (with its
+ * query string) and the canonical body.
+ * @param {string} method
+ * @param {string} path
+ * @param {unknown} body
+ * @returns {Buffer}
+ */
+function fingerprintOf(method, path, body) {
+  return crypto.createHash('sha256')
+    .update(`${method.toUpperCase()}\n${path}\n`)
+    .update(bodyBytes(body))
+    .digest();
+}
+
+/**
+ * A response body as the bytes to store: null stays null (no body).
+ * @param {unknown} body
+ * @returns {Buffer|null}
+ */
+function responseBytes(body) {
+  if (body === undefined || body === null) return null;
+  if (Buffer.isBuffer(body)) return body;
+  if (body instanceof Uint8Array) return Buffer.from(body);
+  if (typeof body === 'string') return Buffer.from(body);
+  return Buffer.from(JSON.stringify(body));
+}
+
+/**
+ * Headers as idem stores them: names to strings or arrays of strings,
+ * without the ones the server computes.
+ * @param {Iterable<[string, unknown]>} entries
+ * @returns {Record<string, string|string[]>}
+ */
+function storableHeaders(entries) {
+  const out = {};
+  for (const [name, value] of entries) {
+    if (value === undefined || value === null || NOT_STORED.has(name.toLowerCase())) continue;
+    out[name] = Array.isArray(value) ? value.map(String) : String(value);
+  }
+  return out;
+}
+
+/**
+ * Validate an idempotency key header value.
+ * @param {unknown} value the header's value (an array if sent twice)
+ * @returns {{key?: string, problem?: object}} the key, or the 400 to answer
+ */
+function checkKey(value, header) {
+  if (Array.isArray(value)) {
+    return { problem: problem(400, `send one ${header} header, not ${value.length}`, 'idempotency-key-invalid') };
+  }
+  if (value === undefined) return {};
+  if (value === '') return { problem: problem(400, `the ${header} header is empty`, 'idempotency-key-invalid') };
+  if (Buffer.byteLength(value) > MAX_KEY_LENGTH) {
+    return { problem: problem(400, `the ${header} header is longer than ${MAX_KEY_LENGTH} characters`, 'idempotency-key-invalid') };
+  }
+  return { key: value };
+}
+
+/**
+ * A problem+json answer (RFC 9457).  `type` stays about:blank, so `title`
+ * is the status's reason phrase; `code` names the case for programs.
+ * @returns {{status: number, headers: Record<string,string>, body: Buffer}}
+ */
+function problem(status, detail, code, extraHeaders = {}) {
+  const body = { type: 'about:blank', title: http.STATUS_CODES[status] || 'Error', status, detail };
+  if (code) body.code = code;
+  return {
+    status,
+    headers: { 'Content-Type': 'application/problem+json', ...extraHeaders },
+    body: Buffer.from(JSON.stringify(body)),
+  };
+}
+
+/**
+ * The answer to an outcome that does not execute, as {status, headers, body}.
+ * @param {object} claim the row of idem_claim
+ * @param {{retryAfter: number}} opts
+ */
+function outcomeAnswer(claim, { retryAfter }) {
+  switch (claim.outcome) {
+    case 'replay':
+      return {
+        status: claim.status,
+        headers: { ...storableHeaders(Object.entries(claim.headers || {})), 'Idempotent-Replayed': 'true' },
+        body: claim.body,
+      };
+    case 'in_progress':
+      return problem(409, MESSAGES.in_progress, 'idempotency-key-in-progress', { 'Retry-After': String(retryAfter) });
+    case 'unknown':
+      return problem(409, MESSAGES.unknown, 'idempotency-key-unknown', { 'Retry-After': String(retryAfter) });
+    case 'mismatch':
+      return problem(422, MESSAGES.mismatch, 'idempotency-key-mismatch');
+    default:
+      throw new Error(`pg-idem: outcome ${claim.outcome} is the caller's to execute`);
+  }
+}
+
+/** A PostgreSQL interval for a number of milliseconds, or a string as given. */
+function interval(v) {
+  if (v === undefined || v === null) return null;
+  return typeof v === 'number' ? `${v} milliseconds` : String(v);
+}
+
+/**
+ * Claim a key in the client's open transaction.
+ * @param {import('pg').ClientBase} client
+ * @returns {Promise<object>} the row of idem_claim
+ */
+async function claimKey(client, { tenant, endpoint, key, fingerprint, wait, waitTimeout, lease }) {
+  let previous = null;
+  if (wait) {
+    // lock_timeout bounds the wait for an uncommitted claim, wait_timeout
+    // the wait for a committed one; the handler gets lock_timeout back
+    ({ rows: [{ previous }] } = await client.query(
+      `SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $1, true)`,
+      [`${Number(waitTimeout)}ms`]));
+  }
+  let fp = fingerprint ?? null;
+  if (fp !== null && !Buffer.isBuffer(fp)) fp = Buffer.from(String(fp));
+  try {
+    const { rows: [row] } = await client.query(
+      `SELECT outcome, status, body, headers, attempt, expires_at
+         FROM idem_claim($1, $2, $3, $4::bytea, wait => $5, lease => $6::interval,
+                         wait_timeout => $7::interval)`,
+      [tenant, endpoint, key, fp, Boolean(wait), interval(lease), wait ? interval(waitTimeout) : null]);
+    if (previous !== null) await client.query(`SELECT set_config('lock_timeout', $1, true)`, [previous]);
+    return row;
+  } catch (e) {
+    // a wait that ran into lock_timeout: the other claim is still running
+    if (wait && e.code === '55P03') return { outcome: 'in_progress', timedOut: true };
+    throw e;
+  }
+}
+
+/**
+ * Finish a claim in its transaction, by the response's status:
+ *   below 400  idem_complete: stored, replayed, the handler's writes kept
+ *   400-499    idem_fail (not retryable): a business failure, stored and
+ *              replayed, the handler's writes kept (unless it threw)
+ *   500 up     the handler's writes rolled back to the savepoint taken
+ *              after the claim, idem_fail(retryable): the retry executes
+ * `store` (true or false) overrides the status's verdict on retrying;
+ * `rollback` rolls the handler's writes back whatever the status.
+ * @returns {Promise<'stored'|'retryable'>}
+ */
+async function finishClaim(client, claim, { tenant, endpoint, key }, response, { store, rollback } = {}) {
+  const { status } = response;
+  const body = responseBytes(response.body);
+  const headers = JSON.stringify(response.headers || {});
+  const keep = store ?? status < 500;
+  if (!keep || rollback) await client.query('ROLLBACK TO SAVEPOINT idem_handler');
+  if (keep && status < 400) {
+    await client.query('SELECT idem_complete($1, $2, $3, $4, $5::bytea, attempt => $6, headers => $7::jsonb)',
+      [tenant, endpoint, key, status, body, claim.attempt, headers]);
+  } else {
+    await client.query(
+      'SELECT idem_fail($1, $2, $3, $4, $5::bytea, retryable => $6, attempt => $7, headers => $8::jsonb)',
+      [tenant, endpoint, key, status, body, !keep, claim.attempt, headers]);
+  }
+  return keep ? 'stored' : 'retryable';
+}
+
+/**
+ * Open a transaction on a client of the pool and claim.  Resolves to the
+ * client (still in the transaction) and the claim; for `claimed`, a
+ * savepoint "idem_handler" follows the claim.
+ */
+async function begin(pool, scope, opts) {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const claim = await claimKey(client, { ...scope, ...opts });
+    if (claim.outcome === 'claimed') {
+      await client.query('SAVEPOINT idem_handler');
+    } else {
+      await client.query('ROLLBACK');
+    }
+    return { client, claim };
+  } catch (e) {
+    await client.query('ROLLBACK').catch(() => {});
+    client.release();
+    throw e;
+  }
+}
+
+/**
+ * The status an error asks for: `statusCode` or `status`, 500 if neither
+ * is an HTTP error status.
+ */
+function errorStatus(err) {
+  const s = Number(err && (err.statusCode ?? err.status));
+  return Number.isInteger(s) && s >= 400 && s <= 599 ? s : 500;
+}
+
+/**
+ * Whether a thrown error is a business failure, stored and replayed: one
+ * with `idemStore: true`, or with a 4xx status and no `idemStore: false`.
+ */
+function isStoredError(err) {
+  if (err && err.idemStore !== undefined) return Boolean(err.idemStore);
+  return errorStatus(err) < 500;
+}
+
+/** Shared option defaults of the HTTP integrations. */
+function httpOptions(options = {}) {
+  if (!options.pool) throw new TypeError('pg-idem: the pool option is required');
+  if (options.tenant === undefined) throw new TypeError('pg-idem: the tenant option is required');
+  const waitTimeout = options.wait === true ? 10000 : Number(options.wait || 0);
+  return {
+    pool: typeof options.pool === 'function' && typeof options.pool.connect !== 'function'
+      ? options.pool : () => options.pool,
+    tenant: typeof options.tenant === 'function' ? options.tenant : () => options.tenant,
+    required: Boolean(options.required),
+    header: options.header || 'Idempotency-Key',
+    wait: waitTimeout > 0,
+    waitTimeout,
+    lease: options.lease,
+    retryAfter: options.retryAfter ?? 1,
+    methods: new Set((options.methods || ['POST', 'PATCH']).map((m) => m.toUpperCase())),
+    fingerprint: options.fingerprint,
+  };
+}
+
+/** The tenant of a request, checked. */
+async function tenantOf(opts, request) {
+  const tenant = await opts.tenant(request);
+  if (typeof tenant !== 'string' || tenant === '') {
+    throw new TypeError('pg-idem: the tenant callback must return a non-empty string');
+  }
+  return tenant;
+}
+
+/** The fingerprint of a request by the option: a function, false/null (none), or the default. */
+function requestFingerprint(opts, request, method, path, body) {
+  if (typeof opts.fingerprint === 'function') return opts.fingerprint(request);
+  if (opts.fingerprint === false || opts.fingerprint === null) return null;
+  return fingerprintOf(method, path, body);
+}
+
+module.exports = {
+  MAX_KEY_LENGTH, IdemError, canonicalJson, fingerprintOf, responseBytes, storableHeaders,
+  checkKey, problem, outcomeAnswer, claimKey, finishClaim, begin, errorStatus, isStoredError,
+  httpOptions, tenantOf, requestFingerprint, interval,
+};

@@ -1,0 +1,26 @@
+"""pg_idem: idempotency keys on PostgreSQL's idem extension, for psycopg 3.
+
+``claim`` (and ``aclaim`` for an ``AsyncConnection``) is a context manager
+around one claim of ``idem_claim``::
+
+    with pg_idem.claim(conn, "acme", "POST /orders", key, fingerprint=body) as c:
+        if c.outcome == "claimed":
+            conn.execute("INSERT INTO orders ...")
+            c.respond(201, body=b'{"id": 7}', headers={"Content-Type": "application/json"})
+        elif c.outcome == "replay":
+            ...  # c.status, c.headers, c.body: the stored response
+        else:
+            ...  # in_progress, mismatch, unknown: answer 409 / 422
+
+The integrations are ``pg_idem.asgi`` (Starlette, FastAPI) and
+``pg_idem.django``.  The outbox (``enqueue``, ``Dispatcher``) comes with
+idem's outbox.
+"""
+
+from __future__ import annotations
+
+from ._claim import Claim, IdemError, aclaim, claim
+from ._http import canonical_json, request_fingerprint
+
+__all__ = ["Claim", "IdemError", "aclaim", "claim", "canonical_json", "request_fingerprint"]
+__version__ = "0.3.0"

@@ -1,0 +1,184 @@
+"""ASGI middleware (Starlette, FastAPI): ``IdempotencyMiddleware``.
+
+::
+
+    app.add_middleware(IdempotencyMiddleware, conninfo="dbname=shop",
+                       tenant=lambda request: request.headers["x-tenant"])
+
+    @app.post("/orders")
+    async def create(request: Request):
+        conn = request.state.idem.conn          # the claim's transaction
+        await conn.execute("INSERT INTO orders ...")
+        return JSONResponse({"ok": True}, status_code=201)   # stored, committed, then sent
+
+The response is held back until it is stored and committed, so a retry sent
+the instant it arrives gets the replay.  A request without the key runs
+without idem (``request.state.idem`` is None) unless ``required``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Iterable
+from typing import Any, Callable, Optional, Union
+
+import psycopg
+from starlette.requests import Request
+from starlette.routing import Match
+
+from . import _http
+from ._claim import aclaim
+
+logger = logging.getLogger("pg_idem")
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+
+
+class IdempotencyMiddleware:
+    """Idempotency keys for an ASGI app, on a psycopg ``AsyncConnection`` per request.
+
+    ``tenant(request)`` (may be async) names the tenant from the credentials;
+    ``required`` makes a missing key a 400; ``wait`` (True or seconds) makes a
+    concurrent duplicate wait for the first instead of 409; ``connect`` (an
+    async callable returning an autocommit ``AsyncConnection``) replaces
+    ``psycopg.AsyncConnection.connect(conninfo, autocommit=True)``;
+    ``fingerprint(method, path, body, content_type)`` replaces the default.
+    """
+
+    def __init__(
+        self,
+        app: Callable[..., Awaitable[None]],
+        conninfo: str = "",
+        *,
+        tenant: Union[str, Callable[[Request], Any]],
+        required: bool = False,
+        header: str = "Idempotency-Key",
+        wait: Union[bool, float] = False,
+        lease: Optional[float] = None,
+        retry_after: int = 1,
+        methods: Iterable[str] = ("POST", "PATCH"),
+        fingerprint: Optional[Callable[[str, str, bytes, Optional[str]], Optional[bytes]]] = None,
+        connect: Optional[Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]] = None,
+    ) -> None:
+        self.app = app
+        self.conninfo = conninfo
+        self.tenant = tenant
+        self.required = required
+        self.header = header
+        self.wait = _http.wait_seconds(wait)
+        self.lease = lease
+        self.retry_after = retry_after
+        self.methods = {m.upper() for m in methods}
+        self.fingerprint = fingerprint or _http.request_fingerprint
+        self.connect = connect or (lambda: psycopg.AsyncConnection.connect(self.conninfo, autocommit=True))
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] != "http" or scope["method"] not in self.methods:
+            await self.app(scope, receive, send)
+            return
+        name = self.header.lower().encode("latin-1")
+        values = [v.decode("latin-1") for k, v in scope["headers"] if k.lower() == name]
+        key, bad = _http.check_key(values, self.header)
+        if bad is not None:
+            await _send(send, bad)
+            return
+        if key is None:
+            if self.required:
+                await _send(send, _http.missing_key(self.header))
+            else:
+                await self.app(scope, receive, send)
+            return
+
+        body = await _read_body(receive)
+        request = Request(scope)
+        request._body = body  # the tenant callback may read it
+        tenant = self.tenant(request) if callable(self.tenant) else self.tenant
+        if inspect.isawaitable(tenant):
+            tenant = await tenant
+        if not isinstance(tenant, str) or not tenant:
+            raise TypeError("pg_idem: tenant must give a non-empty string")
+        endpoint = f"{scope['method']} {_route_template(scope)}"
+        target = scope.get("root_path", "") + scope["path"]
+        if scope.get("query_string"):
+            target += "?" + scope["query_string"].decode("latin-1")
+        fp = self.fingerprint(scope["method"], target, body, request.headers.get("content-type"))
+
+        start: Optional[Message] = None
+        chunks: list[bytes] = []
+
+        async def capture(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        delivered = False
+
+        async def replay_receive() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        answer: Optional[_http.Answer] = None
+        conn = await self.connect()
+        try:
+            async with aclaim(conn, tenant, endpoint, key, fp, wait=self.wait, lease=self.lease) as c:
+                if c.outcome != "claimed":
+                    answer = _http.outcome_answer(c.outcome, c.status, c.headers, c.body, self.retry_after)
+                else:
+                    scope.setdefault("state", {})["idem"] = c
+                    await self.app(scope, replay_receive, capture)
+                    if start is None:
+                        raise RuntimeError("pg_idem: the application sent no response")
+                    pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in start.get("headers", [])]
+                    c.respond(start["status"], b"".join(chunks), _http.storable_headers(pairs))
+        except Exception:
+            logger.exception("pg_idem: the request failed; its claim is released for a retry")
+            answer = _http.problem(500, "the request failed; retry it", "internal-error")
+        finally:
+            await conn.close()
+        if answer is not None:
+            await _send(send, answer)
+            return
+        assert start is not None
+        await send(start)
+        await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": False})
+
+
+def _route_template(scope: Scope) -> str:
+    """The path template of the route that will serve the request, else the path."""
+    app = scope.get("app")
+    router = getattr(app, "router", None)
+    for route in getattr(router, "routes", []):
+        try:
+            match, _ = route.matches(scope)
+        except Exception:  # a route that cannot judge this scope
+            continue
+        if match == Match.FULL and isinstance(getattr(route, "path", None), str):
+            return route.path
+    return scope.get("root_path", "") + scope["path"]
+
+
+async def _read_body(receive: Callable[[], Awaitable[Message]]) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(parts)
+
+
+async def _send(send: Callable[[Message], Awaitable[None]], answer: _http.Answer) -> None:
+    headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
+    headers.append((b"content-length", str(len(answer.body)).encode()))
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body, "more_body": False})

@@ -1,0 +1,93 @@
+"""The example Starlette app of the tests, behind pg_idem's ASGI middleware.
+
+Three apps (plain, required, waiting) under one dispatcher by path prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from conftest import Gates
+from pg_idem.asgi import IdempotencyMiddleware
+
+counts: Counter[str] = Counter()
+gates = Gates()
+
+
+async def item(request: Request) -> Response:
+    idem = request.state.idem if "idem" in request.scope.get("state", {}) else None
+    counts[f"item:{request.headers.get('x-test-id')}"] += 1
+    gate = request.headers.get("x-gate")
+    if gate:
+        await asyncio.get_running_loop().run_in_executor(None, gates.arrive_and_wait, gate)
+    nonce = str(uuid.uuid4())
+    if idem is not None:
+        cur = await idem.conn.execute(
+            "INSERT INTO items (app, idem_key, nonce) VALUES ('asgi', %s, %s) RETURNING id", (idem.key, nonce))
+        (row_id,) = await cur.fetchone()
+    else:
+        row_id = 0
+    return JSONResponse(
+        {"id": row_id, "nonce": nonce, "idem": idem is not None, "attempt": idem and idem.attempt},
+        status_code=201, headers={"Location": f"/items/{request.path_params['id']}/{row_id}"})
+
+
+async def boom(request: Request) -> Response:
+    idem = request.state.idem
+    counts[f"boom:{request.headers.get('x-test-id')}"] += 1
+    await idem.conn.execute("INSERT INTO items (app, idem_key, nonce) VALUES ('asgi', %s, 'boom')", (idem.key,))
+    if counts[f"boom:{request.headers.get('x-test-id')}"] == 1:
+        raise RuntimeError("the database went away")
+    return JSONResponse({"attempt": idem.attempt})
+
+
+async def declined(request: Request) -> Response:
+    counts[f"declined:{request.headers.get('x-test-id')}"] += 1
+    raise HTTPException(402, "card declined")
+
+
+async def slow_commit(request: Request) -> Response:
+    await request.state.idem.conn.execute("INSERT INTO slow_commit DEFAULT VALUES")
+    return PlainTextResponse(f"done {uuid.uuid4()}")
+
+
+def tenant(request: Request) -> str:
+    return request.headers.get("x-tenant", "acme")
+
+
+ROUTES = [
+    Route("/items/{id}", item, methods=["POST"]),
+    Route("/boom", boom, methods=["POST"]),
+    Route("/declined", declined, methods=["POST"]),
+    Route("/slow-commit", slow_commit, methods=["POST"]),
+]
+
+
+def make(**options: Any) -> Starlette:
+    app = Starlette(routes=ROUTES)
+    app.add_middleware(IdempotencyMiddleware, conninfo="", tenant=tenant, **options)
+    return app
+
+
+plain = make()
+required = make(required=True)
+waiting = make(wait=60)
+
+
+async def dispatch(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    path = scope.get("path", "")
+    for prefix, app in (("/required", required), ("/wait", waiting)):
+        if path.startswith(prefix + "/"):
+            scope = {**scope, "path": path[len(prefix):], "raw_path": path[len(prefix):].encode()}
+            await app(scope, receive, send)
+            return
+    await plain(scope, receive, send)
