@@ -447,7 +447,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	per_key_functions CONSTANT name[] := ARRAY['idem_claim', 'idem_complete',
-		'idem_fail', 'idem_replay', 'idem_release', 'idem_forget', 'idem_list'];
+		'idem_fail', 'idem_replay', 'idem_release', 'idem_forget', 'idem_list',
+		'idem_claim_many', 'idem_complete_many', 'idem_fail_many'];
 	records regclass;
 	fn regprocedure;
 BEGIN
@@ -586,3 +587,67 @@ COMMENT ON FUNCTION idem_stats_nodes() IS
 	'on Citus: idem_stats of this database on every node';
 COMMENT ON VIEW idem_stats_cluster IS
 	'on Citus: idem_stats of this database summed over every node';
+
+/* issue 24: batches */
+
+/*
+ * A batch consumer's claims and finishes, one call per batch: every element
+ * is what the single call would answer or do, called once per element in
+ * the order of the arrays (a key repeated in keys is, at its second
+ * occurrence, this transaction's own claim: in_progress).  A batch never
+ * waits.  Element-wise arrays must be as long as keys, or NULL for none;
+ * bad input anywhere in them is refused before anything is written.
+ */
+CREATE FUNCTION idem_claim_many(tenant text, endpoint text, keys text[],
+								fingerprints bytea[] DEFAULT NULL,
+								lease interval DEFAULT NULL,
+								retention interval DEFAULT NULL)
+RETURNS TABLE (key text, outcome text, status integer, body bytea,
+			   headers jsonb, attempt integer, created_at timestamptz,
+			   expires_at timestamptz)
+AS 'MODULE_PATHNAME', 'idem_claim_many'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_claim_many(tenant text, endpoint text, keys text[],
+								fingerprints text[],
+								lease interval DEFAULT NULL,
+								retention interval DEFAULT NULL)
+RETURNS TABLE (key text, outcome text, status integer, body bytea,
+			   headers jsonb, attempt integer, created_at timestamptz,
+			   expires_at timestamptz)
+AS 'MODULE_PATHNAME', 'idem_claim_many_text'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_claim_many(tenant text, endpoint text, keys text[],
+								fingerprints jsonb[],
+								lease interval DEFAULT NULL,
+								retention interval DEFAULT NULL)
+RETURNS TABLE (key text, outcome text, status integer, body bytea,
+			   headers jsonb, attempt integer, created_at timestamptz,
+			   expires_at timestamptz)
+AS 'MODULE_PATHNAME', 'idem_claim_many_jsonb'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_complete_many(tenant text, endpoint text, keys text[],
+								   statuses integer[], bodies bytea[],
+								   attempts integer[] DEFAULT NULL,
+								   headers jsonb[] DEFAULT NULL)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'idem_complete_many'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_fail_many(tenant text, endpoint text, keys text[],
+							   statuses integer[], bodies bytea[],
+							   retryable boolean DEFAULT false,
+							   attempts integer[] DEFAULT NULL,
+							   headers jsonb[] DEFAULT NULL)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'idem_fail_many'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION idem_claim_many(text, text, text[], bytea[], interval, interval) IS
+	'claim a batch of keys: one row per key, in order, each what idem_claim would answer';
+COMMENT ON FUNCTION idem_complete_many(text, text, text[], integer[], bytea[], integer[], jsonb[]) IS
+	'finish a batch of pending claims with their responses; returns how many';
+COMMENT ON FUNCTION idem_fail_many(text, text, text[], integer[], bytea[], boolean, integer[], jsonb[]) IS
+	'finish a batch of pending claims as failed; returns how many';

@@ -19,6 +19,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -40,6 +41,11 @@ PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_purge);
 PG_FUNCTION_INFO_V1(idem_list);
 PG_FUNCTION_INFO_V1(idem_forget);
+PG_FUNCTION_INFO_V1(idem_claim_many);
+PG_FUNCTION_INFO_V1(idem_claim_many_text);
+PG_FUNCTION_INFO_V1(idem_claim_many_jsonb);
+PG_FUNCTION_INFO_V1(idem_complete_many);
+PG_FUNCTION_INFO_V1(idem_fail_many);
 
 /* How a function's fingerprint argument is given */
 typedef enum FingerprintKind
@@ -86,16 +92,12 @@ require_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
 				 errmsg("%s must not be null", name)));
 }
 
-/* A tenant, endpoint or key: NULL, empty and over-long are refused */
+/* A tenant, endpoint or key: empty and over-long are refused */
 static text *
-key_part_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+check_key_part(text *part, const char *name)
 {
-	text	   *part;
-	int			len;
+	int			len = VARSIZE_ANY_EXHDR(part);
 
-	require_not_null(fcinfo, argno, name);
-	part = PG_GETARG_TEXT_PP(argno);
-	len = VARSIZE_ANY_EXHDR(part);
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -109,6 +111,14 @@ key_part_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 				 errdetail("The %s is %d bytes long; the limit is %d bytes.",
 						   name, len, IDEM_MAX_KEY_BYTES)));
 	return part;
+}
+
+/* ... and NULL too, as an argument */
+static text *
+key_part_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	require_not_null(fcinfo, argno, name);
+	return check_key_part(PG_GETARG_TEXT_PP(argno), name);
 }
 
 /*
@@ -125,18 +135,21 @@ key_from_args(FunctionCallInfo fcinfo, IdemKey *key)
 }
 
 static int32
-status_from_arg(FunctionCallInfo fcinfo, int argno)
+check_status(int32 status)
 {
-	int32		status;
-
-	require_not_null(fcinfo, argno, "status");
-	status = PG_GETARG_INT32(argno);
 	if (status < 100 || status > 599)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("status %d is not an HTTP status code", status),
 				 errdetail("A status must be between 100 and 599.")));
 	return status;
+}
+
+static int32
+status_from_arg(FunctionCallInfo fcinfo, int argno)
+{
+	require_not_null(fcinfo, argno, "status");
+	return check_status(PG_GETARG_INT32(argno));
 }
 
 /* A response body, NULL for none; jsonb bodies are stored as their text */
@@ -221,9 +234,8 @@ report_bad_headers(const char *detail)
  * HTTP headers, so it is refused here rather than when a replay sends it.
  */
 static Jsonb *
-headers_from_arg(FunctionCallInfo fcinfo, int argno)
+check_headers(Jsonb *headers)
 {
-	Jsonb	   *headers;
 	JsonbIterator *it;
 	JsonbValue	v;
 	JsonbIteratorToken tok;
@@ -231,9 +243,6 @@ headers_from_arg(FunctionCallInfo fcinfo, int argno)
 	const char *name = "";
 	int			name_len = 0;
 
-	if (!arg_given(fcinfo, argno))
-		return NULL;
-	headers = PG_GETARG_JSONB_P(argno);
 	if (JB_ROOT_IS_SCALAR(headers) || !JB_ROOT_IS_OBJECT(headers))
 		report_bad_headers("The value given is not a JSON object.");
 
@@ -279,18 +288,32 @@ headers_from_arg(FunctionCallInfo fcinfo, int argno)
 	return headers;
 }
 
+static Jsonb *
+headers_from_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (!arg_given(fcinfo, argno))
+		return NULL;
+	return check_headers(PG_GETARG_JSONB_P(argno));
+}
+
+static int32
+check_attempt(int32 attempt)
+{
+	if (attempt < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempt %d is not a valid attempt number", attempt),
+				 errdetail("Attempts are numbered from 1.")));
+	return attempt;
+}
+
 /* An optional fencing token: false when the caller gave none */
 static bool
 attempt_from_arg(FunctionCallInfo fcinfo, int argno, int32 *attempt)
 {
 	if (PG_ARGISNULL(argno))
 		return false;
-	*attempt = PG_GETARG_INT32(argno);
-	if (*attempt < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("attempt %d is not a valid attempt number", *attempt),
-				 errdetail("Attempts are numbered from 1.")));
+	*attempt = check_attempt(PG_GETARG_INT32(argno));
 	return true;
 }
 
@@ -324,13 +347,14 @@ get_answer_desc(FunctionCallInfo fcinfo, AnswerShape shape)
 	return answer_desc[shape];
 }
 
-/* The answer as a row of the caller's row type */
-static HeapTuple
-answer_tuple(FunctionCallInfo fcinfo, AnswerShape shape,
-			 const IdemAnswer *answer)
+/*
+ * The answer's columns, from outcome to expires_at, as the row type of the
+ * shape has them
+ */
+static void
+answer_values(AnswerShape shape, const IdemAnswer *answer, Datum *values,
+			  bool *nulls)
 {
-	Datum		values[7];
-	bool		nulls[7];
 	int			c = 0;
 
 	values[c] = CStringGetTextDatum(outcome_name(answer->outcome));
@@ -350,8 +374,34 @@ answer_tuple(FunctionCallInfo fcinfo, AnswerShape shape,
 	nulls[c++] = !answer->has_record;
 	values[c] = TimestampTzGetDatum(answer->expires_at);
 	nulls[c++] = !answer->has_record;
+}
 
+/* The answer as a row of the caller's row type */
+static HeapTuple
+answer_tuple(FunctionCallInfo fcinfo, AnswerShape shape,
+			 const IdemAnswer *answer)
+{
+	Datum		values[7];
+	bool		nulls[7];
+
+	answer_values(shape, answer, values, nulls);
 	return heap_form_tuple(get_answer_desc(fcinfo, shape), values, nulls);
+}
+
+/* A request fingerprint, digested */
+static void
+fingerprint_from_datum(Datum value, FingerprintKind kind, IdemFingerprint *fp)
+{
+	if (kind == FP_JSONB)
+		fingerprint_jsonb(value, fp);
+	else if (kind == FP_TEXT)
+		fingerprint_text(DatumGetTextPP(value), fp);
+	else
+	{
+		bytea	   *raw = DatumGetByteaPP(value);
+
+		fingerprint_bytes(VARDATA_ANY(raw), VARSIZE_ANY_EXHDR(raw), fp);
+	}
 }
 
 /* An optional request fingerprint, digested; not present when NULL */
@@ -360,18 +410,8 @@ fingerprint_from_arg(FunctionCallInfo fcinfo, int argno, FingerprintKind kind,
 					 IdemFingerprint *fp)
 {
 	fp->present = false;
-	if (!arg_given(fcinfo, argno))
-		return;
-	if (kind == FP_JSONB)
-		fingerprint_jsonb(PG_GETARG_DATUM(argno), fp);
-	else if (kind == FP_TEXT)
-		fingerprint_text(PG_GETARG_TEXT_PP(argno), fp);
-	else
-	{
-		bytea	   *raw = PG_GETARG_BYTEA_PP(argno);
-
-		fingerprint_bytes(VARDATA_ANY(raw), VARSIZE_ANY_EXHDR(raw), fp);
-	}
+	if (arg_given(fcinfo, argno))
+		fingerprint_from_datum(PG_GETARG_DATUM(argno), kind, fp);
 }
 
 static Datum
@@ -615,4 +655,424 @@ idem_forget(PG_FUNCTION_ARGS)
 
 	key_from_args(fcinfo, &key);
 	PG_RETURN_BOOL(protocol_forget(&key));
+}
+
+/*
+ * Batches: one call for the keys of a whole batch, element-wise arrays in
+ * the place of the single calls' scalars.  Every element is decided exactly
+ * as the single call would decide it, in the array's order (protocol.c,
+ * "Batches"); what the call checks once is what all elements share: the
+ * tenant, the endpoint, the tenant binding, the lease and the retention.
+ * Every element is checked before the first one is decided, so bad input
+ * anywhere in the arrays writes nothing.
+ */
+
+/* Where in a batch an error happened, for its CONTEXT line */
+typedef struct BatchPosition
+{
+	const char *function;
+	int			element;		/* from 1; 0 outside the elements */
+} BatchPosition;
+
+static void
+batch_error_context(void *arg)
+{
+	BatchPosition *pos = (BatchPosition *) arg;
+
+	if (pos->element > 0)
+		errcontext("element %d of %s", pos->element, pos->function);
+}
+
+static void
+push_batch_context(ErrorContextCallback *callback, BatchPosition *pos,
+				   const char *function)
+{
+	pos->function = function;
+	pos->element = 0;
+	callback->callback = batch_error_context;
+	callback->arg = pos;
+	callback->previous = error_context_stack;
+	error_context_stack = callback;
+}
+
+/*
+ * An array argument: NULL for a NULL optional one.  Only one-dimensional
+ * arrays (or empty ones) are taken; *nitems is the number of elements.
+ */
+static ArrayType *
+array_from_arg(FunctionCallInfo fcinfo, int argno, const char *name,
+			   bool optional, bool null_elements, int *nitems)
+{
+	ArrayType  *array;
+
+	*nitems = 0;
+	if (optional && !arg_given(fcinfo, argno))
+		return NULL;
+	require_not_null(fcinfo, argno, name);
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", name),
+				 errdetail("The array given has %d dimensions.",
+						   ARR_NDIM(array))));
+	if (!null_elements && array_contains_nulls(array))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not contain nulls", name)));
+	*nitems = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+	return array;
+}
+
+/* An element-wise array goes with keys: as many elements, or none given */
+static void
+require_length(const ArrayType *array, const char *name, int nitems,
+			   int nkeys)
+{
+	if (array != NULL && nitems != nkeys)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must have as many elements as keys", name),
+				 errdetail("keys has %d elements, %s has %d.",
+						   nkeys, name, nitems)));
+}
+
+/* A walk over an array's elements in step with keys; NULL for no array */
+static ArrayIterator
+walk(ArrayType *array)
+{
+	return array != NULL ? array_create_iterator(array, 0, NULL) : NULL;
+}
+
+/*
+ * The walk's next element: false when it is NULL, or there is no array.
+ * The caller counts the elements: every array walked is as long as keys.
+ */
+static bool
+next_element(ArrayIterator it, Datum *value)
+{
+	bool		isnull = true;
+
+	if (it != NULL && !array_iterate(it, value, &isnull))
+		elog(ERROR, "array ended before keys");
+	return !isnull;
+}
+
+/* Every element of keys is a valid key */
+static void
+check_keys(ArrayType *keys, int nkeys, BatchPosition *pos)
+{
+	ArrayIterator it = walk(keys);
+	Datum		value;
+
+	for (int i = 0; i < nkeys; i++)
+	{
+		pos->element = i + 1;
+		(void) next_element(it, &value);
+		check_key_part(DatumGetTextPP(value), "key");
+	}
+	array_free_iterator(it);
+	pos->element = 0;
+}
+
+/*
+ * The claims of a batch, streamed into the result's tuplestore.  Each
+ * element's memory (its fingerprint, the record read, the answer) lives in
+ * element until the next element.
+ */
+static void
+claim_elements(ReturnSetInfo *rsinfo, IdemKey *key, ArrayType *keys,
+			   int nkeys, ArrayType *fingerprints, FingerprintKind kind,
+			   Interval *lease, Interval *retention, MemoryContext element,
+			   BatchPosition *pos)
+{
+	ArrayIterator key_it = walk(keys);
+	ArrayIterator fp_it = walk(fingerprints);
+	Datum		value;
+
+	for (int i = 0; i < nkeys; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(element);
+		IdemFingerprint fp = {0};
+		IdemAnswer	answer;
+		Datum		values[8];
+		bool		nulls[8];
+		Datum		fp_value;
+
+		pos->element = i + 1;
+		(void) next_element(key_it, &value);
+		key->key = DatumGetTextPP(value);
+		if (next_element(fp_it, &fp_value))
+			fingerprint_from_datum(fp_value, kind, &fp);
+
+		protocol_batch_next();
+		protocol_claim(key, &fp, false, lease, retention, NULL, &answer);
+
+		values[0] = PointerGetDatum(key->key);
+		nulls[0] = false;
+		answer_values(ANSWER_CURRENT, &answer, values + 1, nulls + 1);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+							 nulls);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(element);
+	}
+}
+
+/*
+ * idem_claim_many(tenant, endpoint, keys, fingerprints, lease, retention):
+ * one row per element of keys, (key, then idem_claim's columns), in the
+ * order of keys.  It never waits: a key another transaction holds is
+ * in_progress at once.
+ */
+static Datum
+claim_many(FunctionCallInfo fcinfo, FingerprintKind kind)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	IdemKey		key;
+	ArrayType  *keys;
+	ArrayType  *fingerprints;
+	int			nkeys;
+	int			nfingerprints;
+	Interval   *lease;
+	Interval   *retention;
+	MemoryContext element;
+	ErrorContextCallback callback;
+	BatchPosition pos;
+
+	key.tenant = key_part_from_arg(fcinfo, 0, "tenant");
+	key.endpoint = key_part_from_arg(fcinfo, 1, "endpoint");
+	keys = array_from_arg(fcinfo, 2, "keys", false, false, &nkeys);
+	fingerprints = array_from_arg(fcinfo, 3, "fingerprints", true, true,
+								  &nfingerprints);
+	require_length(fingerprints, "fingerprints", nfingerprints, nkeys);
+	lease = arg_given(fcinfo, 4) ? PG_GETARG_INTERVAL_P(4) : NULL;
+	retention = arg_given(fcinfo, 5) ? PG_GETARG_INTERVAL_P(5) : NULL;
+	push_batch_context(&callback, &pos, "idem_claim_many()");
+	check_keys(keys, nkeys, &pos);
+	tenant_check(key.tenant);
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != 8)
+		elog(ERROR, "incorrect number of output arguments");
+	element = AllocSetContextCreate(CurrentMemoryContext,
+									"idem batch element",
+									ALLOCSET_DEFAULT_SIZES);
+	protocol_batch_begin();
+	PG_TRY();
+	{
+		claim_elements(rsinfo, &key, keys, nkeys, fingerprints, kind, lease,
+					   retention, element, &pos);
+	}
+	PG_CATCH();
+	{
+		protocol_batch_abandon();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	protocol_batch_end();
+	error_context_stack = callback.previous;
+	MemoryContextDelete(element);
+	return (Datum) 0;
+}
+
+Datum
+idem_claim_many(PG_FUNCTION_ARGS)
+{
+	return claim_many(fcinfo, FP_BYTEA);
+}
+
+Datum
+idem_claim_many_text(PG_FUNCTION_ARGS)
+{
+	return claim_many(fcinfo, FP_TEXT);
+}
+
+Datum
+idem_claim_many_jsonb(PG_FUNCTION_ARGS)
+{
+	return claim_many(fcinfo, FP_JSONB);
+}
+
+/* The element-wise arguments of idem_complete_many and idem_fail_many */
+typedef struct FinishArrays
+{
+	int			nkeys;
+	ArrayType  *keys;
+	ArrayType  *statuses;
+	ArrayType  *bodies;
+	ArrayType  *attempts;
+	ArrayType  *headers;
+} FinishArrays;
+
+/* One element of them, checked */
+typedef struct FinishElement
+{
+	text	   *key;
+	int32		status;
+	bytea	   *body;
+	bool		has_attempt;
+	int32		attempt;
+	Jsonb	   *headers;
+} FinishElement;
+
+/* A walk over all of them at once */
+typedef struct FinishWalk
+{
+	ArrayIterator keys;
+	ArrayIterator statuses;
+	ArrayIterator bodies;
+	ArrayIterator attempts;
+	ArrayIterator headers;
+} FinishWalk;
+
+static void
+finish_walk(const FinishArrays *arrays, FinishWalk *w)
+{
+	w->keys = walk(arrays->keys);
+	w->statuses = walk(arrays->statuses);
+	w->bodies = walk(arrays->bodies);
+	w->attempts = walk(arrays->attempts);
+	w->headers = walk(arrays->headers);
+}
+
+/*
+ * The next element, checked as idem_complete checks its arguments.
+ * Allocates in the current memory context.
+ */
+static void
+finish_next(FinishWalk *w, FinishElement *e)
+{
+	Datum		value;
+
+	(void) next_element(w->keys, &value);
+	e->key = check_key_part(DatumGetTextPP(value), "key");
+	(void) next_element(w->statuses, &value);
+	e->status = check_status(DatumGetInt32(value));
+	e->body = next_element(w->bodies, &value) ? DatumGetByteaPP(value) : NULL;
+	e->has_attempt = next_element(w->attempts, &value);
+	e->attempt = e->has_attempt ? check_attempt(DatumGetInt32(value)) : 0;
+	e->headers = next_element(w->headers, &value) ?
+		check_headers(DatumGetJsonbP(value)) : NULL;
+	check_response_size(e->body, e->headers);
+}
+
+/* Check every element, before the first one is finished */
+static void
+check_finish_elements(const FinishArrays *arrays, MemoryContext element,
+					  BatchPosition *pos)
+{
+	FinishWalk	w;
+	FinishElement e;
+	MemoryContext old;
+
+	finish_walk(arrays, &w);
+	old = MemoryContextSwitchTo(element);
+	for (int i = 0; i < arrays->nkeys; i++)
+	{
+		pos->element = i + 1;
+		finish_next(&w, &e);
+		MemoryContextReset(element);
+	}
+	MemoryContextSwitchTo(old);
+	pos->element = 0;
+}
+
+static void
+finish_elements(const FinishArrays *arrays, IdemKey *key, IdemFinish how,
+				MemoryContext element, BatchPosition *pos)
+{
+	FinishWalk	w;
+	FinishElement e;
+	MemoryContext old;
+
+	finish_walk(arrays, &w);
+	old = MemoryContextSwitchTo(element);
+	for (int i = 0; i < arrays->nkeys; i++)
+	{
+		pos->element = i + 1;
+		finish_next(&w, &e);
+		key->key = e.key;
+		protocol_batch_next();
+		protocol_finish(key, how, e.has_attempt, e.attempt, true, e.status,
+						e.body, e.headers);
+		MemoryContextReset(element);
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * idem_complete_many (keys, statuses, bodies, attempts, headers) and
+ * idem_fail_many (the same, with retryable after bodies): finish every
+ * key's pending claim, in the order of keys, as idem_complete or idem_fail
+ * would; returns how many were finished, which is every key, since a key
+ * without a matching pending claim is an error (55000) of the whole call.
+ * A NULL bodies, attempts or headers array gives no body, no fencing token
+ * or no headers to every key, as a NULL element does to one.
+ */
+static Datum
+finish_many(FunctionCallInfo fcinfo, bool failed)
+{
+	IdemKey		key;
+	FinishArrays arrays;
+	int			n;
+	bool		retryable = false;
+	IdemFinish	how;
+	MemoryContext element;
+	ErrorContextCallback callback;
+	BatchPosition pos;
+
+	key.tenant = key_part_from_arg(fcinfo, 0, "tenant");
+	key.endpoint = key_part_from_arg(fcinfo, 1, "endpoint");
+	arrays.keys = array_from_arg(fcinfo, 2, "keys", false, false,
+								 &arrays.nkeys);
+	arrays.statuses = array_from_arg(fcinfo, 3, "statuses", false, false, &n);
+	require_length(arrays.statuses, "statuses", n, arrays.nkeys);
+	arrays.bodies = array_from_arg(fcinfo, 4, "bodies", true, true, &n);
+	require_length(arrays.bodies, "bodies", n, arrays.nkeys);
+	if (failed)
+		retryable = bool_from_arg(fcinfo, 5, "retryable");
+	arrays.attempts = array_from_arg(fcinfo, failed ? 6 : 5, "attempts",
+									 true, true, &n);
+	require_length(arrays.attempts, "attempts", n, arrays.nkeys);
+	arrays.headers = array_from_arg(fcinfo, failed ? 7 : 6, "headers",
+									true, true, &n);
+	require_length(arrays.headers, "headers", n, arrays.nkeys);
+
+	element = AllocSetContextCreate(CurrentMemoryContext,
+									"idem batch element",
+									ALLOCSET_DEFAULT_SIZES);
+	push_batch_context(&callback, &pos,
+					   failed ? "idem_fail_many()" : "idem_complete_many()");
+	check_finish_elements(&arrays, element, &pos);
+	tenant_check(key.tenant);
+
+	how = !failed ? IDEM_FINISH_COMPLETE :
+		retryable ? IDEM_FINISH_FAIL_RETRYABLE : IDEM_FINISH_FAIL;
+	protocol_batch_begin();
+	PG_TRY();
+	{
+		finish_elements(&arrays, &key, how, element, &pos);
+	}
+	PG_CATCH();
+	{
+		protocol_batch_abandon();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	protocol_batch_end();
+	error_context_stack = callback.previous;
+	MemoryContextDelete(element);
+	PG_RETURN_INT32(arrays.nkeys);
+}
+
+Datum
+idem_complete_many(PG_FUNCTION_ARGS)
+{
+	return finish_many(fcinfo, false);
+}
+
+Datum
+idem_fail_many(PG_FUNCTION_ARGS)
+{
+	return finish_many(fcinfo, true);
 }

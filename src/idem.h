@@ -185,6 +185,9 @@ typedef enum RecordWrite
 
 extern void record_open(void);
 extern void record_close(void);
+extern void record_batch_begin(void);
+extern void record_batch_end(void);
+extern void record_batch_abandon(void);
 extern bool record_fetch(const IdemKey *key, IdemRecord *rec);
 extern RecordProbe record_probe(const IdemKey *key, bool wait,
 								IdemRecord *rec, bool *own);
@@ -220,6 +223,10 @@ extern bool protocol_finish(const IdemKey *key, IdemFinish how,
 extern List *protocol_list(text *tenant, text *endpoint, bool with_body,
 						   int32 max_rows, TupleDesc desc);
 extern bool protocol_forget(const IdemKey *key);
+extern void protocol_batch_begin(void);
+extern void protocol_batch_next(void);
+extern void protocol_batch_end(void);
+extern void protocol_batch_abandon(void);
 extern const char *outcome_name(IdemOutcome outcome);
 extern void require_primary(const char *function);
 

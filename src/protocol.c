@@ -45,6 +45,7 @@
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "idem.h"
@@ -505,6 +506,52 @@ protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 	stats_count_claim(answer->outcome);
 	if (idem_log_outcomes)
 		log_claim(key, answer);
+}
+
+/*
+ * Batches: idem_claim_many, idem_complete_many and idem_fail_many decide
+ * each element with protocol_claim or protocol_finish, exactly as one call
+ * per element in the array's order would, between protocol_batch_begin()
+ * and protocol_batch_end(); protocol_batch_next() comes before each
+ * element.  What the batch shares is set up once (record_batch_begin).
+ *
+ * One call per element in one transaction would run as statements of
+ * their own, each seeing what the earlier ones wrote.  A batch is one
+ * statement, whose snapshot would not: so it acts under a copy of the
+ * active snapshot whose command id moves on before each element.  A key
+ * that the array repeats is then, at its second occurrence, this
+ * transaction's own pending claim, in_progress as for a second idem_claim,
+ * and not (under REPEATABLE READ) a record that the snapshot misses.
+ *
+ * Nothing here is per key but the decision itself: no lock is kept, and
+ * the caller resets its memory after each element.  An error ends the
+ * batch with protocol_batch_abandon(), before the abort cleans up.
+ */
+void
+protocol_batch_begin(void)
+{
+	PushCopiedSnapshot(GetActiveSnapshot());
+	record_batch_begin();
+}
+
+void
+protocol_batch_next(void)
+{
+	CHECK_FOR_INTERRUPTS();
+	UpdateActiveSnapshotCommandId();
+}
+
+void
+protocol_batch_end(void)
+{
+	record_batch_end();
+	PopActiveSnapshot();
+}
+
+void
+protocol_batch_abandon(void)
+{
+	record_batch_abandon();
 }
 
 /*

@@ -58,7 +58,10 @@
  *
  * Callers bracket their calls with record_open() and record_close();
  * values read from the table are copied into the memory context that was
- * current at record_open().
+ * current at record_open().  A batch (record_batch_begin() to
+ * record_batch_end()) keeps one bracket open across many calls, so that
+ * what they share is set up once: the relations, the slot, the executor
+ * state and the switch to the table's owner.
  *
  *-------------------------------------------------------------------------
  */
@@ -148,6 +151,8 @@ static bool callback_registered = false;
 typedef struct RecordAccess
 {
 	MemoryContext caller;
+	MemoryContext bracket;		/* current when the bracket was opened */
+	bool		batch;			/* record_open/close only switch "caller" */
 	Oid			caller_userid;
 	int			caller_sec_context;
 	Relation	rel;
@@ -271,6 +276,13 @@ record_open(void)
 	Oid			userid;
 	int			sec_context;
 
+	if (acc.batch)
+	{
+		acc.caller = caller;
+		if (acc.estate != NULL)
+			ResetPerTupleExprContext(acc.estate);
+		return;
+	}
 	if (!tables.valid)
 		look_up_tables();
 	GetUserIdAndSecContext(&userid, &sec_context);
@@ -278,6 +290,7 @@ record_open(void)
 						   sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	memset(&acc, 0, sizeof(acc));
 	acc.caller = caller;
+	acc.bracket = caller;
 	acc.caller_userid = userid;
 	acc.caller_sec_context = sec_context;
 	if (tables.distributed)
@@ -293,6 +306,8 @@ record_open(void)
 void
 record_close(void)
 {
+	if (acc.batch)
+		return;
 	if (tables.distributed)
 		sql_close();
 	else
@@ -353,20 +368,66 @@ key_arbiters(ResultRelInfo *rri)
 }
 
 /*
+ * Start a batch: one bracket for all the calls up to record_batch_end().
+ * Inside it, record_open() and record_close() only set the memory context
+ * that values read are copied into (and reset the executor state's
+ * per-tuple memory), so the caller may reset its own context after each
+ * element and a batch of any length runs in bounded memory.  The SQL way
+ * keeps no state worth sharing (its plans are kept per backend anyway):
+ * for a distributed table a batch is a loop of ordinary brackets.
+ */
+void
+record_batch_begin(void)
+{
+	if (!tables.valid)
+		look_up_tables();
+	if (tables.distributed)
+		return;
+	record_open();
+	acc.batch = true;
+}
+
+void
+record_batch_end(void)
+{
+	if (!acc.batch)
+		return;
+	acc.batch = false;
+	acc.caller = acc.bracket;
+	record_close();
+}
+
+/*
+ * Forget a batch that an error interrupted.  The (sub)transaction's abort
+ * closes the relations, drops the slot's pin and restores the caller's
+ * user; only this file's own state must not outlive it.
+ */
+void
+record_batch_abandon(void)
+{
+	memset(&acc, 0, sizeof(acc));
+}
+
+/*
  * Set up for writing: RowExclusiveLock on the table and its indexes, and
- * the executor state that maintaining the indexes needs.
+ * the executor state that maintaining the indexes needs, which lives as
+ * long as the bracket (a batch's, across its elements).
  */
 static void
 prepare_write(void)
 {
+	MemoryContext old;
+
 	if (acc.estate != NULL)
 		return;
 	LockRelationOid(tables.record, RowExclusiveLock);
+	old = MemoryContextSwitchTo(acc.bracket);
 	acc.estate = CreateExecutorState();
 	acc.rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(acc.rri, acc.rel, 0, NULL, 0);
 	ExecOpenIndices(acc.rri, true);
 	acc.arbiters = key_arbiters(acc.rri);
+	MemoryContextSwitchTo(old);
 }
 
 /* The scan keys of a key: equality of the three columns, in "C" */

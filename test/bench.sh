@@ -9,7 +9,9 @@
 # gnuplot.
 #
 # IDEM_BENCH_SECONDS (8), IDEM_BENCH_ROUNDS (5), IDEM_BENCH_CLIENTS (4)
-# and IDEM_BENCH_BIG (10000000 records) size the run.
+# and IDEM_BENCH_BIG (10000000 records) size the run.  IDEM_BENCH_ONLY=batch
+# runs only the batch part (idem_claim_many against single claims and the
+# INSERT ... SELECT floor, and the consumer loop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh
@@ -134,10 +136,102 @@ VACUUM ANALYZE $1;
 SQL
 }
 
+# timed SQL: the statement's time in ms, as psql's \timing gives it
+timed() { psql -X -At -v ON_ERROR_STOP=1 -c '\timing on' -c "$1" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'; }
+
+# The batch part.  100,000 fresh keys (no fingerprint: a consumer dedupes
+# by message id) claimed in one statement, three ways, alternating within
+# each round: (a) one idem_claim per key (generate_series ... LATERAL),
+# (b) one idem_claim_many, (c) INSERT ... SELECT of the same rows into
+# hand_record, the physical floor, and (d) the same with ON CONFLICT DO
+# NOTHING.  Then the consumer loop over the wire, 500 keys a transaction:
+# a claim and a complete per key, one statement each, against one
+# idem_claim_many and one idem_complete_many, with 2 clients (the cores).
+BATCH_KEYS=100000
+CONSUMER_KEYS=500
+batch_bench() {
+	local r a b c d
+	say "batch: $ROUNDS rounds of $BATCH_KEYS keys in one statement"
+	: >"$OUT/batch_stmt.txt"
+	for r in $(seq "$ROUNDS"); do
+		local qa="SELECT count(*) FROM generate_series(1, $BATCH_KEYS) g, LATERAL idem_claim('bench', 'POST /ba', 'a$r-' || g) c WHERE c.outcome = 'claimed'"
+		local qb="SELECT count(*) FROM idem_claim_many('bench', 'POST /bb', (SELECT array_agg('b$r-' || g) FROM generate_series(1, $BATCH_KEYS) g)) c WHERE c.outcome = 'claimed'"
+		local qc="INSERT INTO hand_record (tenant, endpoint, key, state, attempt, created_at, claimed_at, lease_expires_at, expires_at) SELECT 'bench', 'POST /bc', 'c$r-' || g, 'pending', 1, now(), now(), now() + interval '5 min', now() + interval '24 hours' FROM generate_series(1, $BATCH_KEYS) g"
+		local qd="${qc//POST \/bc/POST /bd} ON CONFLICT (tenant, endpoint, key) DO NOTHING"
+		if [ $((r % 2)) -eq 1 ]; then
+			a=$(timed "$qa"); b=$(timed "$qb"); c=$(timed "$qc"); d=$(timed "$qd")
+		else
+			d=$(timed "$qd"); c=$(timed "$qc"); b=$(timed "$qb"); a=$(timed "$qa")
+		fi
+		echo "$a $b $c $d" | tee -a "$OUT/batch_stmt.txt"
+	done
+	[ "$(q "SELECT count(*) FROM idem_record WHERE endpoint IN ('POST /ba', 'POST /bb') AND state = 'pending'")" = $((2 * ROUNDS * BATCH_KEYS)) ] ||
+		{ say "the batch runs did not claim every key" >&2; exit 1; }
+
+	say "consumer loop: $CONSUMER_KEYS keys a transaction"
+	{
+		echo '\set base random(1, 9000000000000000)'
+		echo 'BEGIN;'
+		for i in $(seq "$CONSUMER_KEYS"); do
+			echo "SELECT outcome FROM idem_claim('bench', 'POST /qs', 's' || :base || '-$i');"
+		done
+		for i in $(seq "$CONSUMER_KEYS"); do
+			echo "SELECT idem_complete('bench', 'POST /qs', 's' || :base || '-$i', 201, $BODY);"
+		done
+		echo 'COMMIT;'
+	} >"$OUT/scripts/consumer_single.sql"
+	script consumer_batch <<S
+\set base random(1, 9000000000000000)
+BEGIN;
+SELECT count(*) FROM idem_claim_many('bench', 'POST /qb', (SELECT array_agg('b' || :base || '-' || g) FROM generate_series(1, $CONSUMER_KEYS) g));
+SELECT idem_complete_many('bench', 'POST /qb', (SELECT array_agg('b' || :base || '-' || g) FROM generate_series(1, $CONSUMER_KEYS) g), array_fill(201, ARRAY[$CONSUMER_KEYS]), array_fill($BODY, ARRAY[$CONSUMER_KEYS]));
+COMMIT;
+S
+	: >"$OUT/consumer.txt"
+	for r in $(seq "$ROUNDS"); do
+		if [ $((r % 2)) -eq 1 ]; then
+			a=$(run consumer_single 2); b=$(run consumer_batch 2)
+		else
+			b=$(run consumer_batch 2); a=$(run consumer_single 2)
+		fi
+		echo "$a $b" | tee -a "$OUT/consumer.txt"
+	done
+}
+
+# the batch part's rows of the report
+batch_rows() {
+	local a b c d s m
+	a=$(awk '{print $1}' "$OUT/batch_stmt.txt" | median)
+	b=$(awk '{print $2}' "$OUT/batch_stmt.txt" | median)
+	c=$(awk '{print $3}' "$OUT/batch_stmt.txt" | median)
+	d=$(awk '{print $4}' "$OUT/batch_stmt.txt" | median)
+	s=$(awk '{print $1}' "$OUT/consumer.txt" | median)
+	m=$(awk '{print $2}' "$OUT/consumer.txt" | median)
+	echo "| $BATCH_KEYS fresh keys in one statement, ms (median of $ROUNDS): (b) one idem_claim_many | $b | (c) INSERT ... SELECT $c | (b)/(c) $(ratio "$b" "$c") | ≤ 1.5 |"
+	echo "| the same: (a) one idem_claim per key | $a | (b) idem_claim_many $b | (a)/(b) $(ratio "$a" "$b") | ≥ 1.5 |"
+	echo "| the same: (d) INSERT ... SELECT ... ON CONFLICT DO NOTHING | $d | (c) INSERT ... SELECT $c | (d)/(c) $(ratio "$d" "$c") | |"
+	echo "| consumer loop, $CONSUMER_KEYS keys a transaction, 2 clients, keys/s (median of $ROUNDS): idem_claim_many + idem_complete_many | $(awk -v t="$m" -v n="$CONSUMER_KEYS" 'BEGIN {printf "%.0f", t * n}') | a claim and a complete per key $(awk -v t="$s" -v n="$CONSUMER_KEYS" 'BEGIN {printf "%.0f", t * n}') | $(ratio "$m" "$s") | ≥ 5 |"
+}
+
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 
 NREC=$SMALL
+if [ "${IDEM_BENCH_ONLY:-}" = batch ]; then
+	batch_bench
+	{
+		echo "| measure | idem | baseline | ratio | target |"
+		echo "|---|---|---|---|---|"
+		batch_rows
+	} | tee "$OUT/results.md"
+	echo
+	echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), PostgreSQL $(postgres -V | awk '{print $3}')" | tee -a "$OUT/results.md"
+	echo "per-round ms ((a) per key, (b) idem_claim_many, (c) INSERT, (d) INSERT ON CONFLICT): $(tr '\n' ';' <"$OUT/batch_stmt.txt") consumer tps (single, batch): $(tr '\n' ';' <"$OUT/consumer.txt")" | tee -a "$OUT/results.md"
+	exit 0
+elif [ -n "${IDEM_BENCH_ONLY:-}" ]; then
+	say "IDEM_BENCH_ONLY=$IDEM_BENCH_ONLY: only \"batch\" is known" >&2
+	exit 1
+fi
 for t in idem_record hand_record plpg_record; do fill $t $SMALL; done
 
 # fresh: claim + complete, against the two writes by hand and PL/pgSQL
@@ -189,6 +283,7 @@ BATCH_OTHER_TPS=$(run fresh_idem "$CLIENTS" 5)
 wait "$BATCH_PID"
 BATCH_S=$(awk -v s="$BATCH_START" -v e="$(date +%s.%N)" 'BEGIN {printf "%.2f", e - s}')
 BATCH_CLAIMED=$(cat "$OUT/batch.txt")
+batch_bench
 
 # purge: a million expired records, purged by the worker while claims run
 say "purge"
@@ -281,6 +376,7 @@ B_FI=$(col "$BIG" 2); B_FH=$(col "$BIG" 3); B_RI=$(col "$BIG" 4); B_RH=$(col "$B
 	echo "| completes that were HOT updates | $HOT % | | | ≥ 99 % |"
 	echo "| contention: 32 clients on 10 keys, answers/s | $CONT_TPS ($CONT_OUT), no errors | | | |"
 	echo "| 100,000 claims in one transaction (default settings), claimed | $BATCH_CLAIMED in ${BATCH_S}s | another session's fresh tps meanwhile $BATCH_OTHER_TPS | | all claimed, no error |"
+	batch_rows
 	echo "| purge of 1M expired records by the worker, rows/s | $PURGE_RATE (${PURGE_S}s) | | | ≥ 100000 |"
 	echo "| fresh tps during the purge | $DURING_TPS | without $BASE_TPS | $(ratio "$DURING_TPS" "$BASE_TPS") | ≥ 0.90 |"
 	echo "| fresh at $SMALL records, tps | $S_FI | hand-written SQL $S_FH | $(ratio "$S_FI" "$S_FH") | |"

@@ -85,13 +85,14 @@ is($coord->safe_psql('postgres', q{
 	'a record from before idem_distribute() replays from its shard; the local table is emptied');
 is($coord->safe_psql('postgres', q{
 	SELECT count(*) FILTER (WHERE p.proname IN ('idem_claim', 'idem_complete', 'idem_fail',
-						'idem_replay', 'idem_release', 'idem_forget', 'idem_list')),
+						'idem_replay', 'idem_release', 'idem_forget', 'idem_list',
+						'idem_claim_many', 'idem_complete_many', 'idem_fail_many')),
 		   count(*) FILTER (WHERE o.distribution_argument_index = 0
 							  AND o.force_delegation
 							  AND o.colocationid = (SELECT colocationid FROM pg_dist_partition
 												 WHERE logicalrelid = 'idem_record'::regclass))
 	  FROM pg_dist_object o JOIN pg_proc p ON o.classid = 'pg_proc'::regclass AND o.objid = p.oid}),
-	'15|15', 'idem_distribute(), twice: every per-key function delegated by tenant, co-located with idem_record');
+	'20|20', 'idem_distribute(), twice: every per-key function delegated by tenant, co-located with idem_record');
 
 # the application's business table, co-located by tenant
 $coord->safe_psql('postgres', q{

@@ -1,7 +1,7 @@
 -- test/pgtap/schema.sql: idem's schema, function signatures, volatility and
 -- privileges, checked with pgTAP.  Runs in one transaction, rolled back.
 BEGIN;
-SELECT plan(74);
+SELECT plan(90);
 
 -- the table and its indexes
 SELECT has_table('idem_record');
@@ -39,12 +39,27 @@ SELECT has_function('idem_replay', ARRAY['text', 'text', 'text', 'text']);
 SELECT has_function('idem_replay', ARRAY['text', 'text', 'text', 'jsonb']);
 SELECT has_function('idem_release', ARRAY['text', 'text', 'text', 'integer']);
 SELECT has_function('idem_purge', ARRAY[]::name[]);
+SELECT has_function('idem_claim_many', ARRAY['text', 'text', 'text[]', 'bytea[]', 'interval', 'interval']);
+SELECT has_function('idem_claim_many', ARRAY['text', 'text', 'text[]', 'text[]', 'interval', 'interval']);
+SELECT has_function('idem_claim_many', ARRAY['text', 'text', 'text[]', 'jsonb[]', 'interval', 'interval']);
+SELECT has_function('idem_complete_many', ARRAY['text', 'text', 'text[]', 'integer[]', 'bytea[]', 'integer[]', 'jsonb[]']);
+SELECT has_function('idem_fail_many', ARRAY['text', 'text', 'text[]', 'integer[]', 'bytea[]', 'boolean', 'integer[]', 'jsonb[]']);
 
 SELECT function_returns('idem_claim', ARRAY['text', 'text', 'text', 'bytea', 'boolean', 'interval', 'interval', 'interval'], 'record');
 SELECT function_returns('idem_replay', ARRAY['text', 'text', 'text', 'bytea'], 'setof record');
 SELECT function_returns('idem_complete', ARRAY['text', 'text', 'text', 'integer', 'bytea', 'integer', 'jsonb'], 'void');
 SELECT function_returns('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'boolean');
 SELECT function_returns('idem_purge', ARRAY[]::name[], 'bigint');
+SELECT function_returns('idem_claim_many', ARRAY['text', 'text', 'text[]', 'bytea[]', 'interval', 'interval'], 'setof record');
+SELECT function_returns('idem_complete_many', ARRAY['text', 'text', 'text[]', 'integer[]', 'bytea[]', 'integer[]', 'jsonb[]'], 'integer');
+SELECT function_returns('idem_fail_many', ARRAY['text', 'text', 'text[]', 'integer[]', 'bytea[]', 'boolean', 'integer[]', 'jsonb[]'], 'integer');
+SELECT is(
+	(SELECT array_agg(n ORDER BY o) FROM pg_proc p,
+		unnest(p.proargnames, p.proargmodes) WITH ORDINALITY AS a(n, m, o)
+	  WHERE p.oid = 'idem_claim_many(text, text, text[], bytea[], interval, interval)'::regprocedure
+		AND m = 't'),
+	ARRAY['key', 'outcome', 'status', 'body', 'headers', 'attempt', 'created_at', 'expires_at']::text[],
+	'idem_claim_many returns the key, then idem_claim''s columns');
 SELECT is(
 	(SELECT array_agg(n ORDER BY o) FROM pg_proc p,
 		unnest(p.proargnames, p.proargmodes) WITH ORDINALITY AS a(n, m, o)
@@ -59,6 +74,9 @@ SELECT volatility_is('idem_fail', ARRAY['text', 'text', 'text', 'integer', 'byte
 SELECT volatility_is('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'volatile');
 SELECT volatility_is('idem_replay', ARRAY['text', 'text', 'text', 'bytea'], 'stable');
 SELECT volatility_is('idem_purge', ARRAY[]::name[], 'volatile');
+SELECT volatility_is('idem_claim_many', ARRAY['text', 'text', 'text[]', 'bytea[]', 'interval', 'interval'], 'volatile');
+SELECT volatility_is('idem_complete_many', ARRAY['text', 'text', 'text[]', 'integer[]', 'bytea[]', 'integer[]', 'jsonb[]'], 'volatile');
+SELECT volatility_is('idem_fail_many', ARRAY['text', 'text', 'text[]', 'integer[]', 'bytea[]', 'boolean', 'integer[]', 'jsonb[]'], 'volatile');
 
 -- every API function runs as its caller (so that the tenant binding sees
 -- who calls), without a SET clause (the C code pins search_path around the
@@ -68,16 +86,19 @@ SELECT volatility_is('idem_purge', ARRAY[]::name[], 'volatile');
 SELECT is((SELECT count(*)::int FROM pg_proc
 			WHERE pronamespace = 'public'::regnamespace
 			  AND proname IN ('idem_claim', 'idem_complete', 'idem_fail',
-							  'idem_replay', 'idem_release', 'idem_purge')),
-		  14, 'fourteen API functions');
+							  'idem_replay', 'idem_release', 'idem_purge',
+							  'idem_claim_many', 'idem_complete_many',
+							  'idem_fail_many')),
+		  19, 'nineteen API functions');
 SELECT is((SELECT count(*)::int FROM pg_proc
 			WHERE pronamespace = 'public'::regnamespace
 			  AND proname IN ('idem_claim', 'idem_complete', 'idem_fail',
 							  'idem_replay', 'idem_release', 'idem_purge',
-							  'idem_list', 'idem_forget')
+							  'idem_claim_many', 'idem_complete_many',
+							  'idem_fail_many', 'idem_list', 'idem_forget')
 			  AND NOT prosecdef AND NOT proisstrict
 			  AND proconfig IS NULL),
-		  16, 'API and operator functions are not SECURITY DEFINER, not strict, without a SET clause');
+		  21, 'API and operator functions are not SECURITY DEFINER, not strict, without a SET clause');
 SELECT is((SELECT count(*)::int FROM pg_depend d JOIN pg_proc p ON p.oid = d.objid
 			WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
 			  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem')
@@ -107,6 +128,12 @@ SELECT function_privs_are('idem_fail', ARRAY['text', 'text', 'text', 'integer', 
 SELECT function_privs_are('idem_replay', ARRAY['text', 'text', 'text', 'bytea'], 'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_release', ARRAY['text', 'text', 'text', 'integer'], 'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_purge', ARRAY[]::name[], 'idem_tap_app', ARRAY[]::text[]);
+SELECT function_privs_are('idem_claim_many', ARRAY['text', 'text', 'text[]', 'bytea[]', 'interval', 'interval'],
+						  'idem_tap_app', ARRAY['EXECUTE']);
+SELECT function_privs_are('idem_complete_many', ARRAY['text', 'text', 'text[]', 'integer[]', 'bytea[]', 'integer[]', 'jsonb[]'],
+						  'idem_tap_app', ARRAY['EXECUTE']);
+SELECT function_privs_are('idem_fail_many', ARRAY['text', 'text', 'text[]', 'integer[]', 'bytea[]', 'boolean', 'integer[]', 'jsonb[]'],
+						  'idem_tap_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('idem_stats_reset', ARRAY[]::name[], 'idem_tap_app', ARRAY[]::text[]);
 SELECT function_privs_are('idem_list', ARRAY['text', 'text', 'boolean', 'integer'], 'idem_tap_app', ARRAY[]::text[]);
 SELECT function_privs_are('idem_forget', ARRAY['text', 'text', 'text'], 'idem_tap_app', ARRAY[]::text[]);
@@ -135,6 +162,8 @@ SELECT results_eq($$SELECT outcome FROM idem_claim('t', 'e', 'tap')$$,
 SELECT lives_ok($$SELECT idem_complete('t', 'e', 'tap', 200, 'ok')$$, 'and completes');
 SELECT results_eq($$SELECT outcome, status FROM idem_replay('t', 'e', 'tap')$$,
 				  $$VALUES ('replay', 200)$$, 'and replays');
+SELECT results_eq($$SELECT key, outcome FROM idem_claim_many('t', 'e', ARRAY['tap', 'tap2'])$$,
+				  $$VALUES ('tap', 'replay'), ('tap2', 'claimed')$$, 'and claims a batch');
 RESET ROLE;
 
 SELECT * FROM finish();

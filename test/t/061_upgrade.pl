@@ -262,6 +262,23 @@ sub check_current_api
 		SELECT idem_purge() >= 0;
 		SELECT claims_claimed > 0 FROM idem_stats WHERE datname = current_database();
 	}), "failed\nclaimed|2\nt\n2\nt\nt\nt", "$db: fail, release, list, forget, purge and the counters");
+	is( $node->safe_psql($db, q{
+		SELECT string_agg(key || ':' || outcome || ':' || attempt, ' ')
+		  FROM idem_claim_many(tenant => 'acme', endpoint => 'POST /batch', keys => ARRAY['b1', 'b2'],
+							   fingerprints => ARRAY['x', 'y']::bytea[], lease => '10 min',
+							   retention => '2 days');
+		SELECT idem_complete_many(tenant => 'acme', endpoint => 'POST /batch', keys => ARRAY['b1'],
+								  statuses => ARRAY[201], bodies => ARRAY['made']::bytea[],
+								  attempts => ARRAY[1], headers => ARRAY['{"Location": "/b1"}']::jsonb[]);
+		SELECT idem_fail_many(tenant => 'acme', endpoint => 'POST /batch', keys => ARRAY['b2'],
+							  statuses => ARRAY[503], bodies => NULL, retryable => true,
+							  attempts => ARRAY[1], headers => NULL);
+		SELECT string_agg(key || ':' || outcome || ':' || attempt, ' ')
+		  FROM idem_claim_many('acme', 'POST /batch', ARRAY['b1', 'b2'], ARRAY['x', 'y']::text[]);
+		SELECT string_agg(key || ':' || outcome, ' ')
+		  FROM idem_claim_many('acme', 'POST /batch', ARRAY['b1'], ARRAY['{"a": 1}'::jsonb]);
+	}), "b1:claimed:1 b2:claimed:1\n1\n1\nb1:replay:1 b2:claimed:2\nb1:mismatch",
+		"$db: the batch calls, every argument named, and their overloads");
 }
 check_current_api('upgraded');
 # ---- end of what the current version adds ----
