@@ -52,9 +52,11 @@
  * written are checked here first (record_check).
  *
  * A table that Citus distributes goes through SQL (record_sql.c) for every
- * operation: on a coordinator the local table is an empty shell.  Which way
- * a table goes is decided when its OIDs are looked up, so again after every
- * relcache invalidation.
+ * operation: on a coordinator the local table is an empty shell.  The same
+ * rules for waits hold there (a row lock asked for without waiting first,
+ * a probe again after any wait), with a lock per key in place of the dirty
+ * snapshot.  Which way a table goes is decided when its OIDs are looked
+ * up, so again after every relcache invalidation.
  *
  * Callers bracket their calls with record_open() and record_close();
  * values read from the table are copied into the memory context that was
@@ -1034,10 +1036,7 @@ record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now,
 	ItemPointerData tid;
 
 	if (tables.distributed)
-	{
-		sql_reclaim(key, rec, now);
-		return RECORD_WRITTEN;
-	}
+		return sql_reclaim(key, rec, now, wait);
 
 	result = lock_probed(wait);
 	if (result != RECORD_WRITTEN)
@@ -1085,11 +1084,8 @@ record_finish(const IdemKey *key, IdemState state, bool retryable,
 	ItemPointerData tid;
 
 	if (tables.distributed)
-	{
-		sql_finish(key, state, retryable, has_status, status, body, headers,
-				   now);
-		return RECORD_WRITTEN;
-	}
+		return sql_finish(key, state, retryable, has_status, status, body,
+						  headers, now);
 
 	result = lock_probed(true);
 	if (result != RECORD_WRITTEN)

@@ -32,11 +32,11 @@ extern void sql_unlock(const IdemKey *key);
 extern bool sql_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
 							 TimestampTz now, TimestampTz lease_expires_at,
 							 TimestampTz expires_at, int32 *attempt);
-extern void sql_reclaim(const IdemKey *key, const IdemRecord *rec,
-						TimestampTz now);
-extern void sql_finish(const IdemKey *key, IdemState state, bool retryable,
-					   bool has_status, int32 status, bytea *body,
-					   Jsonb *headers, TimestampTz now);
+extern RecordWrite sql_reclaim(const IdemKey *key, const IdemRecord *rec,
+							   TimestampTz now, bool wait);
+extern RecordWrite sql_finish(const IdemKey *key, IdemState state,
+							  bool retryable, bool has_status, int32 status,
+							  bytea *body, Jsonb *headers, TimestampTz now);
 extern List *sql_purge_targets(bool *distributed);
 extern uint64 sql_purge_batch(Oid target, TimestampTz now, int batch,
 							  IdemPurgeScan *scan, bool *more);

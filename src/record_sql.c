@@ -11,6 +11,27 @@
  * key's record first takes the key's lock (keylock.c) and keeps it to the
  * end of its transaction, as idem 0.1.0 did for every table.
  *
+ * The direct way's rules for waits hold here too.  A claim without wait
+ * waits for no other transaction: not for one that writes the key, which
+ * holds the key's lock (sql_probe asks for it without waiting), and not
+ * for one that holds the key's row without that lock (a purge batch
+ * deleting an expired record, a DELETE or UPDATE by hand): a re-claim or a
+ * finish locks the row it probed with SKIP LOCKED first, and a claim
+ * without wait that cannot have it answers in_progress (lock_probed).  A
+ * caller that waits, for the key's lock or for the row's, decides again
+ * after the wait: the probe comes after the key's lock, and a wait for the
+ * row makes the protocol probe again.  So every timestamp written is taken
+ * after the last wait, and a record deleted while a caller waited is found
+ * absent (a claim inserts a fresh one, fenced above the floor that the
+ * deletion raised; a finish reports that the key has no live record), not
+ * missed by an UPDATE.  The INSERT of a fresh claim does not wait for the
+ * deleter of a record that idem wrote: that record was committed before
+ * the probe (its writer held the key's lock until then), and the probe,
+ * which reads the newest committed state, found it, or found its deletion
+ * committed.  The INSERT waits at the unique index only for a transaction
+ * that writes the key without idem's key lock (a call that Citus did not
+ * delegate, on another node, or a write by hand), as doc/citus.md says.
+ *
  * Every statement is prepared once per backend through SPI and kept
  * (SPI_keepplan), so no call parses anything.  Statements name the table
  * with its schema and compare with OPERATOR(pg_catalog.=), so nothing on a
@@ -55,6 +76,8 @@ typedef enum RecordPlan
 	PLAN_FLOOR,
 	PLAN_REFENCE,
 	PLAN_FETCH,
+	PLAN_LOCK,
+	PLAN_LOCK_WAIT,
 	PLAN_RECLAIM,
 	PLAN_FINISH,
 	PLAN_PURGE_SCAN,
@@ -90,6 +113,16 @@ enum
 	COL_HEADERS
 };
 
+/* Columns of PLAN_LOCK's result, in order: what same_version() compares */
+enum
+{
+	LOCK_STATE = 1,
+	LOCK_RETRYABLE,
+	LOCK_ATTEMPT,
+	LOCK_CREATED_AT,
+	LOCK_LEASE_EXPIRES_AT
+};
+
 typedef struct PlanSpec
 {
 	const char *sql;			/* %1$s: idem_record, %2$s: idem_attempt_floor */
@@ -119,6 +152,16 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_FETCH] = {
 		"SELECT state, retryable, fingerprint, status, body, attempt,"
 		" created_at, lease_expires_at, expires_at, headers FROM %s" KEY_MATCH,
+		3, {TEXTOID, TEXTOID, TEXTOID}
+	},
+	[PLAN_LOCK] = {
+		/* a row that another transaction holds, or that is gone: no row */
+		"SELECT state, retryable, attempt, created_at, lease_expires_at"
+		" FROM %s" KEY_MATCH " FOR NO KEY UPDATE SKIP LOCKED",
+		3, {TEXTOID, TEXTOID, TEXTOID}
+	},
+	[PLAN_LOCK_WAIT] = {
+		"SELECT 1 FROM %s" KEY_MATCH " FOR NO KEY UPDATE",
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 	[PLAN_RECLAIM] = {
@@ -187,6 +230,9 @@ const char *const record_state_names[] = {
 /* Whether this open bracket took the key lock (sql_probe), and had it before */
 static bool key_locked = false;
 static bool key_held_before = false;
+
+/* The version of the key's record that the last sql_probe found */
+static IdemRecord probed;
 
 static SPIPlanPtr plans[NUM_PLANS];
 static bool plans_valid = false;
@@ -457,11 +503,12 @@ read_floor(Datum *values, const char *nulls, bool latest)
  * than the floor of the key's bucket, which the deletion of every earlier
  * record of the key raised.
  *
- * The floor is read twice.  The insert reads it with its own snapshot; but
- * if a concurrent purge was deleting the key's old record, the insert waits
- * for it at the unique index and then inserts, with a floor read before
- * that purge's raise committed.  So once inserted, the claim reads the
- * newest committed floor and, if it caught up, moves its attempt above it.
+ * The floor is read twice.  The insert reads it with the calling
+ * statement's snapshot, which may predate the deletion of the key's old
+ * record (a purge, idem_forget, a DELETE by hand) that the probe saw
+ * committed, and so the floor that deletion raised.  So once inserted, the
+ * claim reads the newest committed floor and, if it caught up, moves its
+ * attempt above it.
  */
 bool
 sql_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
@@ -575,10 +622,11 @@ sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 
 /*
  * Take the key's lock (waiting for it with wait) and read the newest
- * committed version of its record: the writers of a key's record all hold
- * the lock, so what is read stays true until this transaction ends.  *own
- * tells whether this transaction held the lock before: then the record is
- * its own.
+ * committed version of its record: idem's writers of a key's record all
+ * hold the lock, so what is read stays true until this transaction ends,
+ * unless a writer outside that lock (a purge batch, a DELETE or UPDATE by
+ * hand) changes it, which lock_probed finds out.  *own tells whether this
+ * transaction held the lock before: then the record is its own.
  */
 RecordProbe
 sql_probe(const IdemKey *key, bool wait, IdemRecord *rec, bool *own)
@@ -594,7 +642,10 @@ sql_probe(const IdemKey *key, bool wait, IdemRecord *rec, bool *own)
 	}
 	if (own != NULL)
 		*own = key_held_before;
-	return sql_fetch(key, true, rec) ? RECORD_FOUND : RECORD_ABSENT;
+	if (!sql_fetch(key, true, rec))
+		return RECORD_ABSENT;
+	probed = *rec;
+	return RECORD_FOUND;
 }
 
 /* Whether another transaction is writing the key's record */
@@ -613,12 +664,86 @@ sql_unlock(const IdemKey *key)
 	key_locked = false;
 }
 
-/* Turn the key's record, probed and locked, into the pending claim rec */
-void
-sql_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now)
+/* Whether the row that PLAN_LOCK locked is the version sql_probe found */
+static bool
+locked_is_probed(void)
 {
+	IdemRecord	locked;
+	bool		isnull;
+
+	locked.state = state_from_text(DatumGetTextPP(first_row_column(LOCK_STATE,
+																	&isnull)));
+	locked.retryable = DatumGetBool(first_row_column(LOCK_RETRYABLE, &isnull));
+	locked.attempt = DatumGetInt32(first_row_column(LOCK_ATTEMPT, &isnull));
+	locked.created_at =
+		DatumGetTimestampTz(first_row_column(LOCK_CREATED_AT, &isnull));
+	locked.lease_expires_at =
+		DatumGetTimestampTz(first_row_column(LOCK_LEASE_EXPIRES_AT, &isnull));
+	return locked.state == probed.state &&
+		locked.retryable == probed.retryable &&
+		locked.attempt == probed.attempt &&
+		locked.created_at == probed.created_at &&
+		locked.lease_expires_at == probed.lease_expires_at;
+}
+
+/*
+ * Lock the key's record, as the last probe found it, for a re-claim or a
+ * finish: RECORD_WRITTEN if this transaction now holds that version, still
+ * the newest; RECORD_CHANGED if another version or none is there now (the
+ * caller probes again); RECORD_WRITE_BUSY if another transaction holds the
+ * row and wait is false.  Only a writer outside the key lock can hold it or
+ * have changed it since the probe: a purge batch, a DELETE or an UPDATE by
+ * hand.  The UPDATE that follows a lock never waits: the row is this
+ * transaction's until it ends.
+ *
+ * The lock is asked for without waiting first (SKIP LOCKED), as record.c's
+ * lock_probed does, so that a claim without wait answers in_progress at
+ * once instead of waiting for that writer.  No row comes back both for a
+ * row that another transaction holds and for one that is gone: a look at
+ * the newest committed state tells them apart (either answer may be stale
+ * as soon as it is given, and is then still a correct one: in_progress, or
+ * a probe again).  With wait, a row that another transaction holds is
+ * waited for (a lock wait: lock_timeout, the deadlock detector and cancel
+ * apply), and the answer is then RECORD_CHANGED, whatever that transaction
+ * did: what the caller decided, and the timestamps it was about to write,
+ * date from before the wait.  Probing again finds no record (the deletion
+ * committed), or the row, locked by this transaction, so that the next
+ * lock is granted at once.
+ */
+static RecordWrite
+lock_probed(const IdemKey *key, bool wait)
+{
+	Datum		values[3];
+	char		nulls[3];
+
+	key_datums(key, values, nulls);
+	(void) run_plan(PLAN_LOCK, values, nulls, 1);
+	if (SPI_processed == 1)
+		return locked_is_probed() ? RECORD_WRITTEN : RECORD_CHANGED;
+	if (!wait)
+		return run_lookup(PLAN_FETCH, values, nulls, true) ?
+			RECORD_WRITE_BUSY : RECORD_CHANGED;
+	(void) run_plan(PLAN_LOCK_WAIT, values, nulls, 1);
+	return RECORD_CHANGED;
+}
+
+/*
+ * Turn the key's record, as the last probe found it, into the pending
+ * claim rec.  RECORD_CHANGED if it changed since, or if the lock had to
+ * wait (lock_probed); RECORD_WRITE_BUSY if another transaction holds it
+ * and wait is false.
+ */
+RecordWrite
+sql_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now,
+			bool wait)
+{
+	RecordWrite result;
 	Datum		values[9];
 	char		nulls[9];
+
+	result = lock_probed(key, wait);
+	if (result != RECORD_WRITTEN)
+		return result;
 
 	key_datums(key, values, nulls);
 	values[3] = fingerprint_datum(&rec->fingerprint, &nulls[3]);
@@ -632,21 +757,29 @@ sql_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now)
 	run_plan(PLAN_RECLAIM, values, nulls, 0);
 	if (SPI_processed != 1)
 		elog(ERROR, "idem_record lost a locked record");
+	return RECORD_WRITTEN;
 }
 
 /*
- * Store how the key's pending claim, probed and locked, ended (its status,
- * body and headers).  Only
- * non-indexed columns change, so this is a HOT update when the page has
- * room.
+ * Store how the key's pending claim, as the last probe found it, ended (its
+ * status, body and headers); waits for a transaction that holds it.
+ * RECORD_CHANGED if it changed since, or if the lock had to wait
+ * (lock_probed): the caller probes again, and finds out whether the claim
+ * is still there.  Only non-indexed columns change, so this is a HOT
+ * update when the page has room.
  */
-void
+RecordWrite
 sql_finish(const IdemKey *key, IdemState state, bool retryable,
 		   bool has_status, int32 status, bytea *body, Jsonb *headers,
 		   TimestampTz now)
 {
+	RecordWrite result;
 	Datum		values[9];
 	char		nulls[9];
+
+	result = lock_probed(key, true);
+	if (result != RECORD_WRITTEN)
+		return result;
 
 	key_datums(key, values, nulls);
 	values[3] = CStringGetTextDatum(record_state_names[state]);
@@ -663,6 +796,7 @@ sql_finish(const IdemKey *key, IdemState state, bool retryable,
 	run_plan(PLAN_FINISH, values, nulls, 0);
 	if (SPI_processed != 1)
 		elog(ERROR, "idem_record lost a locked record");
+	return RECORD_WRITTEN;
 }
 
 /*
