@@ -48,8 +48,9 @@ $node->safe_psql('postgres', q{
 
 # ---- the proxy: one process, accepting on 127.0.0.1, a child per
 # connection that pumps both ways and reads the messages it passes on.
-# Its processes leave with POSIX::_exit, so that the test's END blocks (which
-# stop the node) run in the test's own process only.
+# Its processes (and the clients' below) leave with POSIX::_exit, also on
+# SIGTERM, so that the test's END blocks (which stop the node) run in the
+# test's own process only.
 # Connection n (from 1) is cut after the server's reply to COMMIT when
 # n % 10 == 3, and before the client's COMMIT reaches the server when
 # n % 10 == 7; each cut is logged with the operation's key.
@@ -147,6 +148,9 @@ my $proxy = fork();
 die "fork: $!" unless defined $proxy;
 if ($proxy == 0)
 {
+	# PostgreSQL::Test::Utils (16+) makes SIGTERM a die, whose END blocks
+	# would stop the node from this process
+	$SIG{TERM} = sub { POSIX::_exit(0) };
 	$SIG{CHLD} = 'IGNORE';
 	my $n = 0;
 	while (my $client = $listener->accept)
@@ -181,6 +185,7 @@ for my $c (0 .. $clients - 1)
 		push @pids, $pid;
 		next;
 	}
+	$SIG{TERM} = sub { POSIX::_exit(1) };
 	open(my $out, '>', $node->basedir . "/client$c.out") or POSIX::_exit(1);
 	for (my $i = 1 + $c; $i <= $operations; $i += $clients)
 	{
