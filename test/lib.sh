@@ -126,8 +126,10 @@ run_as_postgres() {
 # the cache of its build are (test/citus/build.sh builds it).
 CITUS_CACHE=${IDEM_TEST_CITUS_CACHE:-/var/tmp/idem-citus/$PG_MAJOR}
 CITUS_TARBALL_GLOB=${IDEM_TEST_CITUS_TARBALL:-$PWD/../shared/vendor/citus-*.tar.gz}
+# the -dev packages of the libraries Debian's server links with and its
+# headers include (ICU: pg_locale.h, from 17 on), which a Citus build needs
 CITUS_PACKAGES="liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev
-libxslt1-dev libpam0g-dev libssl-dev libreadline-dev"
+libxslt1-dev libpam0g-dev libssl-dev libreadline-dev libicu-dev"
 
 # citus_majors TARBALL: the PostgreSQL majors that a Citus source supports,
 # as its own configure script lists them
