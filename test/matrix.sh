@@ -72,6 +72,7 @@ suite_of() {
 }
 
 VENDOR=$PWD/../shared/vendor
+CITUS_PACKAGES=$(PG_MAJOR=0 bash -c '. test/lib.sh && echo $CITUS_PACKAGES')
 # the vendored source tree of a major no Debian suite ships, if any
 source_of() {
 	ls "$VENDOR"/postgresql-"$1".*.tar.* 2>/dev/null | sort -V | tail -n 1
@@ -174,6 +175,14 @@ prepare() {
 		fi
 		inside "$dir" apt-get clean
 		touch "$dir/.idem-pg$major"
+	fi
+	# what a Citus build needs (test/lib.sh's list), installed here
+	# with the options that sid's and experimental's stale Release files
+	# need, so that test/citus/build.sh finds it all in place
+	if [ ! -e "$dir/.idem-citus-dev" ]; then
+		inside "$dir" sh -c "$APT update && $APT install $CITUS_PACKAGES" || return 1
+		inside "$dir" apt-get clean
+		touch "$dir/.idem-citus-dev"
 	fi
 	# the Citus sources, for the Citus suite (test/citus/build.sh)
 	mkdir -p "$dir/build/shared/vendor"
