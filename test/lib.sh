@@ -126,10 +126,12 @@ run_as_postgres() {
 # the cache of its build are (test/citus/build.sh builds it).
 CITUS_CACHE=${IDEM_TEST_CITUS_CACHE:-/var/tmp/idem-citus/$PG_MAJOR}
 CITUS_TARBALL_GLOB=${IDEM_TEST_CITUS_TARBALL:-$PWD/../shared/vendor/citus-*.tar.gz}
-# the -dev packages of the libraries Debian's server links with and its
-# headers include (ICU: pg_locale.h, from 17 on), which a Citus build needs
-CITUS_PACKAGES="liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev
-libxslt1-dev libpam0g-dev libssl-dev libreadline-dev libicu-dev"
+# what a Citus build needs beside the server's headers: the libraries it
+# links with (lz4, zstd, OpenSSL; libcurl where the server's headers say
+# HAVE_LIBCURL, as Debian's 18 does, see test/citus/build.sh) and the
+# headers that the server's headers include (ICU from 17 on, Kerberos)
+CITUS_PACKAGES="liblz4-dev libzstd-dev libssl-dev libkrb5-dev libicu-dev
+libcurl4-openssl-dev libxslt1-dev libpam0g-dev libreadline-dev"
 
 # citus_majors TARBALL: the PostgreSQL majors that a Citus source supports,
 # as its own configure script lists them

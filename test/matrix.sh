@@ -179,10 +179,10 @@ prepare() {
 	# what a Citus build needs (test/lib.sh's list), installed here
 	# with the options that sid's and experimental's stale Release files
 	# need, so that test/citus/build.sh finds it all in place
-	if [ ! -e "$dir/.idem-citus-dev" ]; then
+	if [ "$(cat "$dir/.idem-citus-dev" 2>/dev/null)" != "$CITUS_PACKAGES" ]; then
 		inside "$dir" sh -c "$APT update && $APT install $CITUS_PACKAGES" || return 1
 		inside "$dir" apt-get clean
-		touch "$dir/.idem-citus-dev"
+		echo "$CITUS_PACKAGES" >"$dir/.idem-citus-dev"
 	fi
 	# the Citus sources, for the Citus suite (test/citus/build.sh)
 	mkdir -p "$dir/build/shared/vendor"

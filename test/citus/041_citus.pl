@@ -30,6 +30,7 @@ max_worker_processes = 24
 lock_timeout = '20s'
 citus.shard_count = 8
 citus.node_conninfo = 'sslmode=prefer'
+citus.enable_statistics_collection = off
 idem.purge_interval = '1h'
 });
 	$node->start;
