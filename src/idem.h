@@ -183,6 +183,7 @@ typedef enum RecordWrite
 	RECORD_CHANGED				/* no longer the newest version: probe again */
 } RecordWrite;
 
+extern Oid	record_relation(void);
 extern void record_open(void);
 extern void record_close(void);
 extern void record_batch_begin(void);
@@ -249,6 +250,9 @@ extern void wait_init(void);
 extern void wait_key_finished(const IdemKey *key);
 extern void wait_prepare(const IdemKey *key, IdemWait *w);
 extern void wait_sleep(const IdemKey *key, TimestampTz until, IdemWait *w);
+
+/* subscription.c */
+extern Oid	subscription_of_records(void);
 
 /* tenant.c */
 extern void tenant_check(const text *tenant);

@@ -41,6 +41,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_subscription.h"
 #include "miscadmin.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
@@ -64,18 +65,46 @@ outcome_name(IdemOutcome outcome)
 	return names[outcome];
 }
 
+/* The name of subscription subid, for messages */
+static char *
+subscription_name(Oid subid)
+{
+	char	   *name = get_subscription_name(subid, true);
+
+	return name ? name : psprintf("%u", subid);
+}
+
 /*
  * Decisions are taken on the primary only: a standby's copy may lag, and a
- * decision taken on it could execute a request twice.
+ * decision taken on it could execute a request twice.  Nor are they taken
+ * on a logical-replication subscriber that receives idem_record
+ * (subscription.c): its records are the publisher's, and a key written on
+ * both sides would stop the subscription.
  */
 void
 require_primary(const char *function)
 {
+	Oid			subid;
+
 	if (RecoveryInProgress())
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot call %s during recovery", function),
 				 errhint("Idempotency decisions need the primary server: connect to it.")));
+	subid = subscription_of_records();
+	if (OidIsValid(subid))
+	{
+		char	   *name = subscription_name(subid);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot call %s on a logical replication subscriber of table \"idem_record\"",
+						function),
+				 errdetail("Subscription \"%s\" replicates idem_record into this database; a decision taken here would conflict with the publisher's.",
+						   name),
+				 errhint("Idempotency decisions need the publisher of subscription \"%s\": connect to it.",
+						 name)));
+	}
 	PreventCommandIfReadOnly(function);
 }
 
@@ -560,8 +589,9 @@ protocol_batch_abandon(void)
  * or was released).  A key whose record another transaction is writing is
  * in_progress, as for a claim: that transaction may be inserting a claim
  * that no snapshot shows yet.  Nothing is locked or waited for.  On a
- * standby (idem.standby_replay) no transaction of the primary can be seen
- * writing, so there the answer rests on the records alone.
+ * standby or a subscriber of idem_record (idem.standby_replay) no
+ * transaction of the primary can be seen writing, so there the answer
+ * rests on the records alone.
  */
 bool
 protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
@@ -572,6 +602,7 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 	bool		found;
 	bool		busy;
 	bool		recovery = RecoveryInProgress();
+	Oid			subid = recovery ? InvalidOid : subscription_of_records();
 
 	if (recovery && !idem_standby_replay)
 		ereport(ERROR,
@@ -579,11 +610,23 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 				 errmsg("cannot call idem_replay() during recovery"),
 				 errdetail("A standby's records may lag the primary's."),
 				 errhint("Ask the primary, or set idem.standby_replay to accept the lag.")));
+	if (OidIsValid(subid) && !idem_standby_replay)
+	{
+		char	   *name = subscription_name(subid);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot call idem_replay() on a logical replication subscriber of table \"idem_record\""),
+				 errdetail("Subscription \"%s\" replicates idem_record into this database; its records may lag the publisher's.",
+						   name),
+				 errhint("Ask the publisher of subscription \"%s\", or set idem.standby_replay to accept the lag.",
+						 name)));
+	}
 
 	record_open();
 	found = record_fetch(key, &rec);
 	busy = !(found && !record_expired(&rec, now) && is_final(&rec)) &&
-		!recovery && record_busy(key);
+		!recovery && !OidIsValid(subid) && record_busy(key);
 	record_close();
 
 	if (found && !record_expired(&rec, now) && is_final(&rec))

@@ -260,6 +260,18 @@ look_up_tables(void)
 }
 
 /*
+ * idem_record's OID, for the callers that need to know about the table
+ * itself (subscription.c): looked up like every bracket's tables.
+ */
+Oid
+record_relation(void)
+{
+	if (!tables.valid)
+		look_up_tables();
+	return tables.record;
+}
+
+/*
  * Start a bracket of calls.  The table and its key index are opened with
  * AccessShareLock (a replay on a standby can take no stronger lock); the
  * first write takes RowExclusiveLock.

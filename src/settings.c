@@ -142,7 +142,7 @@ settings_init(void)
 							 NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("idem.standby_replay",
-							 "Lets idem_replay answer on a standby, from data that may lag the primary.",
+							 "Lets idem_replay answer on a standby or a logical-replication subscriber of idem_record, from data that may lag the primary.",
 							 "Claims and every other decision always need the primary.",
 							 &idem_standby_replay,
 							 false,

@@ -7,7 +7,9 @@
  * worker that stays connected to a database would make DROP DATABASE fail.
  * So the launcher, connected to no database, lists the databases every
  * idem.purge_interval and, one after the other, starts a worker in each.
- * That worker leaves at once where idem is not installed, and otherwise
+ * That worker leaves at once where idem is not installed or where a
+ * logical-replication subscription receives idem_record (the publisher's
+ * purge deletes the records there: subscription.c), and otherwise
  * purges expired records batch after batch, one transaction per batch, for
  * at most IDEM_PURGE_VISIT_MS, then exits.  A worker that had to stop with
  * expired records left says so (stats.c), and the launcher comes back
@@ -42,6 +44,8 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_subscription.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -319,6 +323,7 @@ idem_purge_main(Datum main_arg)
 	uint64		total = 0;
 	bool		more = false;
 	bool		installed;
+	bool		subscribed;
 	bool		distributed;
 	List	   *targets;
 	ListCell   *lc;
@@ -335,25 +340,37 @@ idem_purge_main(Datum main_arg)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	/*
-	 * Is idem installed here?  If not, there is nothing to do.  If it is,
-	 * which relations hold this node's records (on Citus, the shard
-	 * placements here)?  The list outlives the transaction.
+	 * Is idem installed here?  If not, there is nothing to do.  Nor is
+	 * there on a logical-replication subscriber that receives idem_record:
+	 * the publisher purges, and its deletions arrive (subscription.c).
+	 * Otherwise, which relations hold this node's records (on Citus, the
+	 * shard placements here)?  The list outlives the transaction.
 	 */
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	installed = OidIsValid(get_extension_oid("idem", true));
+	subscribed = false;
 	targets = NIL;
 	if (installed)
 	{
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		Oid			subid;
 
 		PushActiveSnapshot(GetTransactionSnapshot());
-		targets = purge_targets(&distributed);
+		subid = subscription_of_records();
+		subscribed = OidIsValid(subid);
+		if (subscribed)
+			ereport(DEBUG1,
+					(errmsg_internal("idem purge skips database \"%s\": subscription \"%s\" receives table \"idem_record\"",
+									 get_database_name(MyDatabaseId),
+									 get_subscription_name(subid, true))));
+		else
+			targets = purge_targets(&distributed);
 		PopActiveSnapshot();
 		MemoryContextSwitchTo(old);
 	}
 	CommitTransactionCommand();
-	if (!installed)
+	if (!installed || subscribed)
 		proc_exit(0);
 
 	start = GetCurrentTimestamp();
