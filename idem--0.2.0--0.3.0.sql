@@ -11,6 +11,57 @@
 ALTER TABLE idem_binding ENABLE ALWAYS TRIGGER idem_binding_changed;
 ALTER TABLE idem_record ENABLE ALWAYS TRIGGER idem_record_forgotten;
 
+/*
+ * issue 26: a restore into a cluster that lacks a bound role restores the
+ * other bindings.  The role column's values stay the same OIDs.
+ */
+/*
+ * The role column's type: a role's OID, written as the role's current
+ * name, like regrole, so that pg_dump writes names; read back, a name that
+ * names no role is a WARNING, not an error, and the row trigger
+ * idem_binding_unknown_role skips that binding, so a restore into a
+ * cluster that lacks a role restores every other binding.  Compared and
+ * indexed as an oid.
+ */
+CREATE TYPE idem_role;
+
+CREATE FUNCTION idem_role_in(cstring)
+RETURNS idem_role
+AS 'MODULE_PATHNAME', 'idem_role_in'
+LANGUAGE C STRICT STABLE;
+
+CREATE FUNCTION idem_role_out(idem_role)
+RETURNS cstring
+AS 'MODULE_PATHNAME', 'idem_role_out'
+LANGUAGE C STRICT STABLE;
+
+CREATE TYPE idem_role (
+	INPUT = idem_role_in,
+	OUTPUT = idem_role_out,
+	INTERNALLENGTH = 4,
+	PASSEDBYVALUE,
+	ALIGNMENT = int4
+);
+
+CREATE CAST (idem_role AS oid) WITHOUT FUNCTION AS IMPLICIT;
+CREATE CAST (regrole AS idem_role) WITHOUT FUNCTION AS ASSIGNMENT;
+CREATE CAST (idem_role AS regrole) WITHOUT FUNCTION;
+
+ALTER TABLE idem_binding ALTER COLUMN role TYPE idem_role;
+
+CREATE FUNCTION idem_binding_unknown_role()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_binding_unknown_role'
+LANGUAGE C;
+
+REVOKE ALL ON FUNCTION idem_binding_unknown_role() FROM PUBLIC;
+
+CREATE TRIGGER idem_binding_unknown_role
+	BEFORE INSERT OR UPDATE ON idem_binding
+	FOR EACH ROW EXECUTE FUNCTION idem_binding_unknown_role();
+
+ALTER TABLE idem_binding ENABLE ALWAYS TRIGGER idem_binding_unknown_role;
+
 /* issue 24: batches */
 
 /*

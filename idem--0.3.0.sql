@@ -52,14 +52,48 @@ SELECT pg_catalog.pg_extension_config_dump('idem_record', '');
 REVOKE ALL ON idem_record FROM PUBLIC;
 
 /*
+ * The role column's type: a role's OID, written as the role's current
+ * name, like regrole, so that pg_dump writes names; read back, a name that
+ * names no role is a WARNING, not an error, and the row trigger
+ * idem_binding_unknown_role skips that binding, so a restore into a
+ * cluster that lacks a role restores every other binding.  Compared and
+ * indexed as an oid.
+ */
+CREATE TYPE idem_role;
+
+CREATE FUNCTION idem_role_in(cstring)
+RETURNS idem_role
+AS 'MODULE_PATHNAME', 'idem_role_in'
+LANGUAGE C STRICT STABLE;
+
+CREATE FUNCTION idem_role_out(idem_role)
+RETURNS cstring
+AS 'MODULE_PATHNAME', 'idem_role_out'
+LANGUAGE C STRICT STABLE;
+
+CREATE TYPE idem_role (
+	INPUT = idem_role_in,
+	OUTPUT = idem_role_out,
+	INTERNALLENGTH = 4,
+	PASSEDBYVALUE,
+	ALIGNMENT = int4
+);
+
+CREATE CAST (idem_role AS oid) WITHOUT FUNCTION AS IMPLICIT;
+CREATE CAST (regrole AS idem_role) WITHOUT FUNCTION AS ASSIGNMENT;
+CREATE CAST (idem_role AS regrole) WITHOUT FUNCTION;
+
+/*
  * The tenant bindings: a role listed here, and every role that is a member
  * of it, may touch only its tenant's records (src/tenant.c has the rules).
  * Written by the superuser-only idem_bind() and idem_unbind(); dumped by
- * pg_dump, role names and all, but for bindings of roles dropped since.
+ * pg_dump, role names and all, but for bindings of roles dropped since
+ * (idem_unbind(oid) removes those); restored, a role that is missing is
+ * reported and its binding skipped.
  * Any change, however made, invalidates every backend's cached bindings.
  */
 CREATE TABLE idem_binding (
-	role				regrole PRIMARY KEY,
+	role				idem_role PRIMARY KEY,
 	tenant				text COLLATE "C" NOT NULL
 		CHECK (octet_length(tenant) BETWEEN 1 AND 255)
 );
@@ -90,6 +124,19 @@ CREATE TRIGGER idem_binding_changed
  * not.  The C code keeps its cache only while the trigger is so enabled.
  */
 ALTER TABLE idem_binding ENABLE ALWAYS TRIGGER idem_binding_changed;
+
+CREATE FUNCTION idem_binding_unknown_role()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_binding_unknown_role'
+LANGUAGE C;
+
+REVOKE ALL ON FUNCTION idem_binding_unknown_role() FROM PUBLIC;
+
+CREATE TRIGGER idem_binding_unknown_role
+	BEFORE INSERT OR UPDATE ON idem_binding
+	FOR EACH ROW EXECUTE FUNCTION idem_binding_unknown_role();
+
+ALTER TABLE idem_binding ENABLE ALWAYS TRIGGER idem_binding_unknown_role;
 
 CREATE FUNCTION idem_bind(role regrole, tenant text)
 RETURNS void

@@ -67,6 +67,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/varlena.h"
 
 #include "idem.h"
 
@@ -74,6 +75,9 @@ PG_FUNCTION_INFO_V1(idem_bind);
 PG_FUNCTION_INFO_V1(idem_unbind);
 PG_FUNCTION_INFO_V1(idem_tenant);
 PG_FUNCTION_INFO_V1(idem_binding_changed);
+PG_FUNCTION_INFO_V1(idem_role_in);
+PG_FUNCTION_INFO_V1(idem_role_out);
+PG_FUNCTION_INFO_V1(idem_binding_unknown_role);
 
 /* What the bindings say about one role */
 typedef enum BindingKind
@@ -151,7 +155,9 @@ extension_namespace(void)
  * The OID of the extension's binding table, or InvalidOid when this
  * database has none that idem can trust: the extension is not installed,
  * its SQL objects are older than the library, or the table is not the
- * extension's own, with the columns (role regrole, tenant text).
+ * extension's own, with the columns (role idem_role, tenant text).  The
+ * role column of 0.2.0 (regrole) is accepted too: the values are the same
+ * OIDs, so a database not yet updated keeps its bindings.
  */
 static Oid
 find_binding_relation(void)
@@ -159,6 +165,7 @@ find_binding_relation(void)
 	Oid			nspid = extension_namespace();
 	Oid			relid;
 	Oid			extoid;
+	Oid			roletype;
 
 	if (!OidIsValid(nspid))
 		return InvalidOid;
@@ -166,8 +173,13 @@ find_binding_relation(void)
 	if (!OidIsValid(relid))
 		return InvalidOid;
 	extoid = get_extension_oid("idem", true);
+	roletype = get_atttype(relid, 1);
 	if (getExtensionOfObject(RelationRelationId, relid) != extoid ||
-		get_atttype(relid, 1) != REGROLEOID ||
+		(roletype != REGROLEOID &&
+		 (roletype != GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+									  CStringGetDatum("idem_role"),
+									  ObjectIdGetDatum(nspid)) ||
+		  getExtensionOfObject(TypeRelationId, roletype) != extoid)) ||
 		get_atttype(relid, 2) != TEXTOID)
 		return InvalidOid;
 	return relid;
@@ -460,21 +472,33 @@ require_superuser(void)
 				 errmsg("must be superuser to change idem tenant bindings")));
 }
 
-/* The role argument: an existing role */
+/* The role argument, not NULL */
 static Oid
-role_from_arg(FunctionCallInfo fcinfo)
+role_oid_from_arg(FunctionCallInfo fcinfo)
 {
-	Oid			roleid;
-
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("role must not be null")));
-	roleid = PG_GETARG_OID(0);
+	return PG_GETARG_OID(0);
+}
+
+pg_noreturn static void
+refuse_unknown_role(Oid roleid)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("role with OID %u does not exist", roleid)));
+}
+
+/* The role argument: an existing role */
+static Oid
+role_from_arg(FunctionCallInfo fcinfo)
+{
+	Oid			roleid = role_oid_from_arg(fcinfo);
+
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(roleid)))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("role with OID %u does not exist", roleid)));
+		refuse_unknown_role(roleid);
 	return roleid;
 }
 
@@ -556,18 +580,28 @@ idem_bind(PG_FUNCTION_ARGS)
 
 /*
  * idem_unbind(role): drop a role's binding; returns whether it had one.
- * Superuser only.
+ * Superuser only.  A dropped role's binding stays behind (DROP ROLE runs
+ * no trigger in any database), and its name is gone with it: it is removed
+ * by the role's OID, idem_unbind(16384).  An OID that is neither a role nor
+ * bound is an error, as for idem_bind, so that a mistyped OID is not
+ * mistaken for a binding removed.
  */
 Datum
 idem_unbind(PG_FUNCTION_ARGS)
 {
-	Oid			argtypes[1] = {REGROLEOID};
+	Oid			argtypes[1] = {OIDOID};
 	Datum		values[1];
+	Oid			roleid;
+	uint64		rows;
 
 	require_superuser();
-	values[0] = ObjectIdGetDatum(role_from_arg(fcinfo));
-	PG_RETURN_BOOL(binding_write("DELETE FROM %s WHERE role OPERATOR(pg_catalog.=) $1",
-								 1, argtypes, values) > 0);
+	roleid = role_oid_from_arg(fcinfo);
+	values[0] = ObjectIdGetDatum(roleid);
+	rows = binding_write("DELETE FROM %s WHERE role OPERATOR(pg_catalog.=) $1",
+						 1, argtypes, values);
+	if (rows == 0 && !SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(roleid)))
+		refuse_unknown_role(roleid);
+	PG_RETURN_BOOL(rows > 0);
 }
 
 /*
@@ -586,4 +620,79 @@ idem_binding_changed(PG_FUNCTION_ARGS)
 				 errmsg("idem_binding_changed() was not called by a trigger")));
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
 	return PointerGetDatum(NULL);
+}
+
+/*
+ * idem_role_in(cstring): the input of idem_binding's role column, a role
+ * name.  pg_dump writes the column by role name, and pg_restore reads it
+ * back in a cluster that may lack some of the roles; regrole's input would
+ * fail there, and with it the COPY of every binding.  A name that names no
+ * role gives a WARNING naming it and InvalidOid, which the row trigger
+ * idem_binding_unknown_role drops: the other bindings restore.  An OID from
+ * the source cluster is never taken for a role: a number is a name here.
+ */
+Datum
+idem_role_in(PG_FUNCTION_ARGS)
+{
+	char	   *input = pstrdup(PG_GETARG_CSTRING(0));
+	List	   *names;
+	Oid			roleid;
+
+	if (!SplitIdentifierString(input, '.', &names) || list_length(names) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("invalid role name \"%s\"", PG_GETARG_CSTRING(0))));
+	roleid = get_role_oid((char *) linitial(names), true);
+	if (!OidIsValid(roleid))
+		ereport(WARNING,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("role \"%s\" does not exist", (char *) linitial(names)),
+				 errdetail("Its idem tenant binding is skipped."),
+				 errhint("Create the role, then bind it again with idem_bind().")));
+	PG_RETURN_OID(roleid);
+}
+
+/*
+ * idem_role_out(idem_role): the role's current name, so that a binding
+ * follows its role through ALTER ROLE ... RENAME into a dump; the OID of a
+ * dropped role (pg_dump leaves such bindings out).
+ */
+Datum
+idem_role_out(PG_FUNCTION_ARGS)
+{
+	Oid			roleid = PG_GETARG_OID(0);
+	char	   *name = GetUserNameFromId(roleid, true);
+
+	if (name == NULL)
+		PG_RETURN_CSTRING(psprintf("%u", roleid));
+	PG_RETURN_CSTRING(pstrdup(quote_identifier(name)));
+}
+
+/*
+ * The row trigger on idem_binding: a row whose role name named no role
+ * (idem_role_in has warned about it) is not stored, so that one missing
+ * role fails neither the COPY of a restore nor the primary key of the
+ * next one.
+ */
+Datum
+idem_binding_unknown_role(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	HeapTuple	tuple;
+	bool		isnull;
+	Datum		role;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BEFORE(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idem_binding_unknown_role() was not called by a BEFORE ROW trigger")));
+	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+		trigdata->tg_newtuple : trigdata->tg_trigtuple;
+	role = heap_getattr(tuple, 1, RelationGetDescr(trigdata->tg_relation),
+						&isnull);
+	if (!isnull && !OidIsValid(DatumGetObjectId(role)))
+		return PointerGetDatum(NULL);
+	return PointerGetDatum(tuple);
 }

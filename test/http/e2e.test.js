@@ -191,6 +191,42 @@ test('payments through a provider that drops replies: exactly one charge per key
   assert.ok(Object.keys(charges).length >= keys.length);
 });
 
+test('a declined card is a stored answer: 402, replayed without calling the provider again', async () => {
+  const key = randomUUID();
+  const first = await post('/v1/payments', { key, body: { amount: 5, card: 'declined' } });
+  assert.equal(first.status, 402);
+  assert.equal(first.replayed, false);
+  const again = await post('/v1/payments', { key, body: { amount: 5, card: 'declined' } });
+  assert.equal(again.status, 402);
+  assert.equal(again.replayed, true);
+  assert.deepEqual(again.bytes, first.bytes);
+  const calls = await (await fetch(`${provider.url}/calls`)).json();
+  assert.equal(calls[`acme:${key}`], 1, 'the provider was asked once');
+  const { rows: [rec] } = await db.query(
+    `SELECT state, status, retryable FROM idem_record WHERE endpoint = 'POST /v1/payments' AND key = $1`, [key]);
+  assert.deepEqual(rec, { state: 'failed', status: 402, retryable: false });
+});
+
+test('a provider 5xx is a retryable failure: not replayed, the retry calls the provider again', async () => {
+  const key = randomUUID();
+  const first = await post('/v1/payments', { key, body: { amount: 6, card: 'flaky' } });
+  assert.equal(first.status, 503);
+  assert.equal(first.retryAfter, '1');
+  const { rows: [rec] } = await db.query(
+    `SELECT state, retryable, attempt FROM idem_record WHERE endpoint = 'POST /v1/payments' AND key = $1`, [key]);
+  assert.deepEqual(rec, { state: 'failed', retryable: true, attempt: 1 }, 'stored as retryable');
+  const final = await untilAnswered('/v1/payments', { key, body: { amount: 6, card: 'flaky' }, timeoutMs: 1000 });
+  assert.equal(final.status, 201, `answers: ${final.seen.join(',')}`);
+  assert.equal(final.replayed, false);
+  const { rows: [done] } = await db.query(
+    `SELECT state, attempt FROM idem_record WHERE endpoint = 'POST /v1/payments' AND key = $1`, [key]);
+  assert.deepEqual(done, { state: 'succeeded', attempt: 2 }, 'the retry ran as attempt 2');
+  const calls = await (await fetch(`${provider.url}/calls`)).json();
+  const charges = await (await fetch(`${provider.url}/stats`)).json();
+  assert.equal(calls[`acme:${key}`], 2, 'the provider was asked again');
+  assert.equal(charges[`acme:${key}`], 1, 'and charged once');
+});
+
 test('the service killed in the middle of a payment: the charge is reconciled, never repeated', async () => {
   const key = randomUUID();
   const first = await post('/v1/payments', {

@@ -6,7 +6,10 @@
 // charge).  It does NOT deduplicate by key: every call charges again, so
 // that the tests count exactly what idem prevented.  GET /charges/:key says
 // whether a key was charged (what a reconciliation job asks); GET /stats
-// counts charges per key.
+// counts charges per key, GET /calls every POST per key.  A card can make
+// it fail: card "declined" is refused with 402 (a business answer: nothing
+// is charged, ever), card "flaky" gets 503 at the first call of its key (a
+// server error: nothing is charged, the next call charges).
 'use strict';
 
 const http = require('node:http');
@@ -16,6 +19,7 @@ const delayMs = Number(process.env.PROVIDER_DELAY_MS || 150);
 const dropEvery = Number(process.env.DROP_EVERY || 3);
 
 const charges = new Map(); // key -> [charge, ...]
+const posts = new Map(); // key -> every POST /charges, failed ones too
 let calls = 0;
 
 function readJson(req) {
@@ -38,6 +42,9 @@ const server = http.createServer(async (req, res) => {
     const body = await readJson(req);
     const delay = Number(req.headers['x-provider-delay-ms'] || delayMs);
     await new Promise((r) => setTimeout(r, delay));
+    posts.set(key, (posts.get(key) || 0) + 1);
+    if (body.card === 'declined') return send(402, { error: 'card_declined' });
+    if (body.card === 'flaky' && posts.get(key) === 1) return send(503, { error: 'try again later' });
     const charge = { id: `ch_${key}_${(charges.get(key) || []).length + 1}`, amount: body.amount };
     charges.set(key, [...(charges.get(key) || []), charge]);
     calls += 1;
@@ -51,6 +58,9 @@ const server = http.createServer(async (req, res) => {
   if (req.method === 'GET' && m) {
     const list = charges.get(decodeURIComponent(m[1]));
     return list ? send(200, list[0]) : send(404, { error: 'no such charge' });
+  }
+  if (req.method === 'GET' && req.url === '/calls') {
+    return send(200, Object.fromEntries(posts));
   }
   if (req.method === 'GET' && req.url === '/stats') {
     return send(200, Object.fromEntries([...charges].map(([k, v]) => [k, v.length])));

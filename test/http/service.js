@@ -9,6 +9,12 @@
 //                      {external: true}): the claim commits first, the
 //                      handler calls the provider with the same key, and the
 //                      plugin stores its answer, fenced by the attempt.
+//                      A decline (the provider's 4xx) is an answer: stored
+//                      as 402 and replayed.  A provider's 5xx is not: the
+//                      claim is failed as retryable and the client's retry
+//                      calls the provider again, with the same key.  No
+//                      answer at all leaves the claim pending: the charge
+//                      may have happened, and reconciliation decides.
 //   a reconciliation job settles payments whose claim outlived its lease
 //   ("unknown") by asking the provider, then completes or releases them.
 //
@@ -83,7 +89,7 @@ app.post('/v1/payments', { config: { idem: { external: true, lease: PAYMENT_LEAS
         'idempotency-key': `${req.tenant}:${req.idem.key}`,
         ...(req.headers['x-provider-delay-ms'] ? { 'x-provider-delay-ms': req.headers['x-provider-delay-ms'] } : {}),
       },
-      body: JSON.stringify({ amount: req.body.amount }),
+      body: JSON.stringify({ amount: req.body.amount, card: req.body.card }),
     });
   } catch (e) {
     // No answer: the charge may or may not have happened.  A 5xx leaves the
@@ -91,8 +97,22 @@ app.post('/v1/payments', { config: { idem: { external: true, lease: PAYMENT_LEAS
     reply.code(502).type('application/problem+json');
     return { type: 'about:blank', title: 'Bad Gateway', status: 502, detail: 'payment provider did not answer; retry later' };
   }
+  if (res.status >= 500) {
+    // The provider answered that it could not process the charge: nothing
+    // to replay.  Failed as retryable (fenced by the attempt), so the next
+    // retry runs again; the provider deduplicates by the key we send.  (The
+    // plugin leaves a 5xx of an external call pending, for the case where
+    // the call's effect is unknown.)
+    await pools[req.tenant].query(
+      `SELECT idem_fail($1, $2, $3, 503, $4::bytea, retryable => true, attempt => $5)`,
+      [req.tenant, req.idem.endpoint, req.idem.key, Buffer.from(await res.text()), req.idem.attempt]);
+    reply.code(503).header('Retry-After', '1').type('application/problem+json');
+    return { type: 'about:blank', title: 'Service Unavailable', status: 503, detail: 'payment provider unavailable; retry later' };
+  }
+  // a charge (2xx) or a decline (4xx, a card declined): the provider's
+  // answer, stored with the claim's attempt and replayed to every retry
   reply.code(res.ok ? 201 : 402).headers(JSON_HEADERS);
-  return Buffer.from(await res.text()); // stored with the claim's attempt, then sent
+  return Buffer.from(await res.text());
 });
 
 // Reconciliation: settle every payment whose claim outlived its lease.

@@ -222,12 +222,13 @@ is($node->safe_psql('upgraded', $records), $before{records},
 check_binding('upgraded', 'app_acme', 'acme', 'globex', 'updated');
 check_binding('upgraded', 'app_globex', 'globex', 'acme', 'updated');
 
-# the triggers that the tenant binding's cache and the fencing floor rest on
-# fire whatever a session sets (session_replication_role = replica too)
+# the triggers that the tenant binding's cache, the restore of bindings and
+# the fencing floor rest on fire whatever a session sets
+# (session_replication_role = replica too)
 my $triggers = q{SELECT string_agg(tgname || '=' || tgenabled::text, ' ' ORDER BY tgname)
 	  FROM pg_trigger WHERE NOT tgisinternal
 	   AND tgrelid IN ('idem.idem_binding'::regclass, 'idem.idem_record'::regclass)};
-is($node->safe_psql('upgraded', $triggers), 'idem_binding_changed=A idem_record_forgotten=A',
+is($node->safe_psql('upgraded', $triggers), 'idem_binding_changed=A idem_binding_unknown_role=A idem_record_forgotten=A',
 	'updated: the binding and fencing-floor triggers are enabled ALWAYS');
 
 #
@@ -466,7 +467,7 @@ is($node->safe_psql('restored', $claims), $expected_claims,
 	'and answers as before');
 same_text($node->safe_psql('restored', $catalog), $fresh_catalog,
 	'the restored extension has the catalog objects of a fresh install');
-is($node->safe_psql('restored', $triggers), 'idem_binding_changed=A idem_record_forgotten=A',
+is($node->safe_psql('restored', $triggers), 'idem_binding_changed=A idem_binding_unknown_role=A idem_record_forgotten=A',
 	'the restore recreates the triggers enabled ALWAYS');
 
 # and a 0.1.0 dump restores into a fresh install too (a move to a new
