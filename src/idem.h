@@ -185,6 +185,7 @@ typedef enum RecordWrite
 
 extern Oid	record_relation(void);
 extern void record_open(void);
+extern void record_prepare_write(void);
 extern void record_close(void);
 extern void record_batch_begin(void);
 extern void record_batch_end(void);

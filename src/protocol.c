@@ -382,6 +382,8 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 		record_close();
 		return;
 	}
+	/* the write's locks may wait: before the clock is read below */
+	record_prepare_write();
 
 	for (;;)
 	{
@@ -673,6 +675,8 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 
 	require_primary(function);
 	record_open();
+	/* the write's locks may wait: before the clock is read below */
+	record_prepare_write();
 	if (IsolationUsesXactSnapshot())
 		have_snap = record_fetch(key, &snap);
 

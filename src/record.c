@@ -444,6 +444,23 @@ prepare_write(void)
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * Take the locks that a write of the bracket will take, before the caller
+ * reads the clock for it: a claim dates its record after every wait, and
+ * RowExclusiveLock on idem_record waits for a CREATE INDEX or REINDEX that
+ * holds ShareLock (and the floor's lock for DDL on the floor).  A replay
+ * never calls this, so it goes on answering meanwhile.  On the SQL way the
+ * statements take their own locks; the table's is taken here all the same.
+ */
+void
+record_prepare_write(void)
+{
+	LockRelationOid(tables.record, RowExclusiveLock);
+	LockRelationOid(tables.floor, AccessShareLock);
+	if (!tables.distributed)
+		prepare_write();
+}
+
 /* The scan keys of a key: equality of the three columns, in "C" */
 static void
 key_scankeys(const IdemKey *key, ScanKeyData *skeys)
