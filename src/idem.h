@@ -254,6 +254,7 @@ extern void wait_sleep(const IdemKey *key, TimestampTz until, IdemWait *w);
 
 /* subscription.c */
 extern Oid	subscription_of_records(void);
+extern Oid	subscription_of(Oid relid);
 
 /* tenant.c */
 extern void tenant_check(const text *tenant);

@@ -55,7 +55,6 @@ Oid
 subscription_of_records(void)
 {
 	Oid			relid = record_relation();
-	CatCList   *list;
 
 	if (!callback_registered)
 	{
@@ -68,11 +67,26 @@ subscription_of_records(void)
 
 	cache_valid = true;
 	cached_relid = relid;
-	cached_subid = InvalidOid;
+	cached_subid = subscription_of(relid);
+	return cached_subid;
+}
+
+/*
+ * The subscription (one of them) that receives table relid into this
+ * database, or InvalidOid; not cached.  tenant.c asks it of idem_binding:
+ * a subscribed binding table changes through the apply worker, which
+ * fires no statement trigger, so its changes invalidate no cache.
+ */
+Oid
+subscription_of(Oid relid)
+{
+	CatCList   *list;
+	Oid			subid = InvalidOid;
+
 	list = SearchSysCacheList1(SUBSCRIPTIONRELMAP, ObjectIdGetDatum(relid));
 	if (list->n_members > 0)
-		cached_subid = ((Form_pg_subscription_rel)
-						GETSTRUCT(&list->members[0]->tuple))->srsubid;
+		subid = ((Form_pg_subscription_rel)
+				 GETSTRUCT(&list->members[0]->tuple))->srsubid;
 	ReleaseSysCacheList(list);
-	return cached_subid;
+	return subid;
 }

@@ -33,6 +33,10 @@
  * TRIGGER ALL after pg_restore --disable-triggers leaves it), it could miss
  * a change, so every call reads the table instead.  Changing the trigger's
  * state invalidates the table's relcache entry, so the check is made again.
+ * Nor is it kept while a logical-replication subscription receives
+ * idem_binding: the apply worker fires no statement trigger, so the changes
+ * it applies would reach no cache; a change of pg_subscription_rel (CREATE,
+ * ALTER ... REFRESH, DROP SUBSCRIPTION) makes the check be made again.
  * When the bindings cannot be read, every call is refused: a missing answer
  * never means "unbound".
  *
@@ -108,7 +112,8 @@ static HTAB *binding_cache = NULL;
 static bool cache_valid = false;
 static bool callbacks_registered = false;
 static Oid	binding_relid = InvalidOid;
-static bool cache_trusted = false;	/* binding_relid's trigger fires always */
+static bool cache_trusted = false;	/* every change of binding_relid
+										 * invalidates the cache */
 
 static void
 binding_relcache_changed(Datum arg, Oid relid)
@@ -124,6 +129,14 @@ static void
 binding_roles_changed(Datum arg, int cacheid, uint32 hashvalue)
 {
 	cache_valid = false;
+}
+
+/* A subscription took idem_binding in or let it go: trust it again or not */
+static void
+binding_subscriptions_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	cache_valid = false;
+	binding_relid = InvalidOid;
 }
 
 /* The schema of extension "idem", InvalidOid if it is not installed */
@@ -313,6 +326,9 @@ role_binding(Oid roleid, const char *tenant, RoleBinding *out)
 									  (Datum) 0);
 		CacheRegisterSyscacheCallback(AUTHOID, binding_roles_changed,
 									  (Datum) 0);
+		CacheRegisterSyscacheCallback(SUBSCRIPTIONRELMAP,
+									  binding_subscriptions_changed,
+									  (Datum) 0);
 		callbacks_registered = true;
 	}
 	while (!OidIsValid(binding_relid))
@@ -323,7 +339,13 @@ role_binding(Oid roleid, const char *tenant, RoleBinding *out)
 			refuse_undetermined(tenant);
 		cache_valid = false;
 		binding_relid = relid;
-		cache_trusted = binding_trigger_fires_always(relid);
+		/*
+		 * A cache only while every change of the table invalidates it: its
+		 * trigger fires always, and no subscription writes it (the apply
+		 * worker fires no statement trigger)
+		 */
+		cache_trusted = binding_trigger_fires_always(relid) &&
+			!OidIsValid(subscription_of(relid));
 	}
 	if (!cache_valid || binding_cache == NULL)
 	{

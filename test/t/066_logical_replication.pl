@@ -126,6 +126,21 @@ is($sub->safe_psql('app', q{SELECT role::text || ':' || tenant FROM idem_binding
 is($sub->safe_psql('app', q{SELECT count(*) FROM pg_stat_subscription WHERE pid IS NOT NULL}),
 	'1', 'the apply worker runs');
 
+# A subscriber session that looked its binding up sees the binding change
+# that the apply worker writes (an UPDATE, which fires no statement
+# trigger there): a subscribed idem_binding is never cached
+my $session = $sub->background_psql('app');
+$session->query_safe('SET ROLE app_acme');
+is($session->query_safe('SELECT idem_tenant()'), 'globex',
+	'a subscriber session of a bound role sees its binding');
+$pub->safe_psql('app', q{SELECT idem_bind('app_acme', 'initech')});
+ok( $sub->poll_query_until('app',
+		q{SELECT tenant = 'initech' FROM idem_binding}),
+	'the binding changed on the publisher arrives');
+is($session->query_safe('SELECT idem_tenant()'), 'initech',
+	'and the session follows it, though it looked the old one up');
+$session->quit;
+
 # The subscriber's purge worker leaves an expired record to the publisher's
 # purge, whose deletion replicates; it says so at DEBUG1 only.
 $pub->safe_psql('app', q{
