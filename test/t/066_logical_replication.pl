@@ -63,7 +63,7 @@ $pub->safe_psql('app', q{
 });
 $sub->safe_psql('app', "CREATE SUBSCRIPTION everything CONNECTION '"
 	  . $pub->connstr . " dbname=app' PUBLICATION everything");
-$sub->wait_for_subscription_sync($pub, 'everything');
+$sub->wait_for_subscription_sync($pub, 'everything', 'app');
 
 my $records = q{SELECT tenant, endpoint, key, state, encode(fingerprint, 'hex'), status,
 		encode(body, 'hex'), attempt, created_at, lease_expires_at, expires_at
@@ -173,7 +173,7 @@ $pub->safe_psql('shop', q{
 });
 $sub->safe_psql('shop', "CREATE SUBSCRIPTION business CONNECTION '"
 	  . $pub->connstr . " dbname=shop' PUBLICATION business");
-$sub->wait_for_subscription_sync($pub, 'business');
+$sub->wait_for_subscription_sync($pub, 'business', 'shop');
 is($sub->safe_psql('shop', 'SELECT item FROM orders'), 'book', 'the business table replicates');
 is( $sub->safe_psql('shop', q{
 		SELECT outcome FROM idem_claim('acme', 'POST /orders', 'mine');
