@@ -16,7 +16,9 @@ const pgVersion = require('pg/package.json').version;
 test('npm pack gives a tarball that installs and runs in a clean project', { timeout: 300000 }, () => {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-idem-pack-'));
   try {
-    const [info] = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', tmp], { cwd: pkgDir }));
+    // npm up to 11 prints an array of packages, npm 12 an object keyed by name
+    const packed = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', tmp], { cwd: pkgDir }));
+    const info = Array.isArray(packed) ? packed[0] : packed['pg-idem'];
     const files = info.files.map((f) => f.path).sort();
     for (const f of ['index.js', 'index.mjs', 'index.d.ts', 'lib/core.js', 'lib/fastify.js', 'lib/express.js', 'package.json', 'README.md']) {
       assert.ok(files.includes(f), `the tarball has ${f}: ${files.join(' ')}`);
