@@ -11,10 +11,31 @@
 # IDEM_BENCH_SECONDS (8), IDEM_BENCH_ROUNDS (5), IDEM_BENCH_CLIENTS (4)
 # and IDEM_BENCH_BIG (10000000 records) size the run.  IDEM_BENCH_ONLY=batch
 # runs only the batch part (idem_claim_many against single claims and the
-# INSERT ... SELECT floor, and the consumer loop).
+# INSERT ... SELECT floor, and the consumer loop); IDEM_BENCH_ONLY=outbox
+# only the outbox part (against pgmq and a hand-written outbox, the full
+# cycle, the latency to a LISTENing dispatcher, the size over purges).
+# The outbox part needs pgmq's source, ../shared/vendor/pgmq-1.5.1.tar.gz
+# or the file IDEM_BENCH_PGMQ names.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh
+
+case ${IDEM_BENCH_ONLY:-} in
+"" | batch | outbox) ;;
+*)
+	say "IDEM_BENCH_ONLY=$IDEM_BENCH_ONLY: only \"batch\" and \"outbox\" are known" >&2
+	exit 1
+	;;
+esac
+# an absolute path, for the copy that runs as postgres has no ../shared;
+# looked for before anything is built, so that a missing one costs nothing
+IDEM_BENCH_PGMQ=${IDEM_BENCH_PGMQ:-$PWD/../shared/vendor/pgmq-1.5.1.tar.gz}
+[[ $IDEM_BENCH_PGMQ = /* ]] || IDEM_BENCH_PGMQ=$PWD/$IDEM_BENCH_PGMQ
+export IDEM_BENCH_PGMQ
+if [ "${IDEM_BENCH_ONLY:-}" != batch ] && [ ! -r "$IDEM_BENCH_PGMQ" ]; then
+	say "the outbox part needs pgmq's source: no $IDEM_BENCH_PGMQ (set IDEM_BENCH_PGMQ, or IDEM_BENCH_ONLY=batch)" >&2
+	exit 1
+fi
 
 PACKAGES="$PACKAGES gnuplot-nox"
 ensure_packages
@@ -36,6 +57,17 @@ rm -rf "$OUT"
 mkdir -p "$OUT/scripts"
 make -s PG_CONFIG="$PG_CONFIG" >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
 private_install "$ROOT/tmp_install"
+# pgmq (SQL only), the outbox part's peer, into the same private install,
+# before PATH names that install (whose pg_config answers its own paths);
+# two makes, since the first writes the versioned script that the second's
+# wildcard installs
+if [ "${IDEM_BENCH_ONLY:-}" != batch ]; then
+	mkdir "$OUT/pgmq"
+	tar -xzf "$IDEM_BENCH_PGMQ" -C "$OUT/pgmq" --strip-components=1
+	{ make -C "$OUT/pgmq/pgmq-extension" PG_CONFIG="$PG_CONFIG" &&
+		make -C "$OUT/pgmq/pgmq-extension" install DESTDIR="$ROOT/tmp_install" PG_CONFIG="$PG_CONFIG"; } \
+		>"$OUT/pgmq.log" 2>&1 || { cat "$OUT/pgmq.log"; say "building pgmq failed" >&2; exit 1; }
+fi
 BIN=$ROOT/tmp_install$PG_BINDIR
 export PATH=$BIN:$PATH
 
@@ -213,24 +245,210 @@ batch_rows() {
 	echo "| consumer loop, $CONSUMER_KEYS keys a transaction, 2 clients, keys/s (median of $ROUNDS): idem_claim_many + idem_complete_many | $(awk -v t="$m" -v n="$CONSUMER_KEYS" 'BEGIN {printf "%.0f", t * n}') | a claim and a complete per key $(awk -v t="$s" -v n="$CONSUMER_KEYS" 'BEGIN {printf "%.0f", t * n}') | $(ratio "$m" "$s") | ≥ 5 |"
 }
 
+# The outbox part (issue 23): idem's outbox against pgmq (the peer, SQL on
+# plain tables) and against the same row written by hand, with the same
+# durability (the server's synchronous_commit = off).  Every enqueuing
+# transaction also writes a row of a business table, orders.  The payload
+# is one 100-byte JSON document: bytea for idem and by hand, jsonb for pgmq.
+# (a) one enqueue in a business transaction: idem_enqueue, pgmq.send, the
+# row by hand (INSERT ... ON CONFLICT DO NOTHING into hand_outbox, which
+# has idem_outbox's columns and indexes), and the business INSERT alone.
+# (b) the full cycle, per pgbench transaction: enqueue OB_CYCLE messages in
+# one business transaction, take them (committed, as a dispatcher does
+# before it calls out), then deliver each; one call per message, one
+# statement for the enqueues and one for the deliveries, the same shape for
+# pgmq (send, read, archive); and against pgmq's batch calls (send_batch,
+# archive(ids[])), which idem has no counterpart of.  (c) the latency from
+# an enqueue's commit to a LISTENing dispatcher's take (test/bench/latency.py)
+# on the idle server.  Then the size of idem_outbox over 10 cycles of fill,
+# take and deliver all, purge and VACUUM (standing for autovacuum), in a
+# database of its own.
+OB_JSON='{"to": "buyer@example.com", "order": 7, "pad": "'$(head -c 50 /dev/zero | tr '\0' x)'"}'
+OB_PAYLOAD="'$OB_JSON'::bytea"
+OB_JSONB="'$OB_JSON'::jsonb"
+OB_CYCLE=100
+OB_LATENCY=200
+OB_SIZE=20000
+OB_TAKE=10000	# the most one idem_take leases
+outbox_bench() {
+	local r i p h b c full after
+	psql -X -q -v ON_ERROR_STOP=1 -f test/bench/outbox.sql >/dev/null
+	script ob_idem <<S
+\set k random(1, 9000000000000000000)
+BEGIN;
+INSERT INTO orders (item) VALUES ('book');
+SELECT outcome FROM idem_enqueue('bench', 'mail', 'k' || :k, $OB_PAYLOAD);
+COMMIT;
+S
+	script ob_pgmq <<S
+BEGIN;
+INSERT INTO orders (item) VALUES ('book');
+SELECT * FROM pgmq.send('bench', $OB_JSONB);
+COMMIT;
+S
+	script ob_hand <<S
+\set k random(1, 9000000000000000000)
+BEGIN;
+INSERT INTO orders (item) VALUES ('book');
+INSERT INTO hand_outbox (id, tenant, topic, key, state, payload, redeliver, max_attempts, attempt, attempt_base, not_before, created_at) VALUES (nextval('hand_outbox_id_seq'), 'bench', 'mail', 'k' || :k, 'queued', $OB_PAYLOAD, true, 10, 0, 0, now(), now()) ON CONFLICT (tenant, topic, key) DO NOTHING;
+COMMIT;
+S
+	script ob_business <<S
+BEGIN;
+INSERT INTO orders (item) VALUES ('book');
+COMMIT;
+S
+	say "outbox (a): enqueue in a business transaction, $ROUNDS rounds of ${SECONDS_PER_RUN}s each, $CLIENTS clients"
+	: >"$OUT/ob_enqueue.txt"
+	for r in $(seq "$ROUNDS"); do
+		if [ $((r % 2)) -eq 1 ]; then
+			i=$(run ob_idem); p=$(run ob_pgmq); h=$(run ob_hand); b=$(run ob_business)
+		else
+			b=$(run ob_business); h=$(run ob_hand); p=$(run ob_pgmq); i=$(run ob_idem)
+		fi
+		echo "$i $p $h $b" | tee -a "$OUT/ob_enqueue.txt"
+	done
+
+	# the subqueries keep one call per row: a volatile or set-returning
+	# target list is neither pulled up nor dropped by the planner
+	script cycle_idem <<S
+\set base random(1, 9000000000000000)
+BEGIN;
+INSERT INTO orders (item) VALUES ('cycle');
+SELECT count(*) FROM (SELECT idem_enqueue('bench', 'cycle', :base || '-' || g, $OB_PAYLOAD) FROM generate_series(1, $OB_CYCLE) g) e;
+COMMIT;
+SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(attempt), '{}') AS attempts FROM idem_take('cycle', $OB_CYCLE, '30 s') \gset
+SELECT count(*) FROM (SELECT idem_delivered(i, a) FROM unnest(:ids::bigint[], :attempts::int[]) u(i, a)) d;
+S
+	script cycle_pgmq <<S
+BEGIN;
+INSERT INTO orders (item) VALUES ('cycle');
+SELECT count(*) FROM (SELECT pgmq.send('cycle', $OB_JSONB) FROM generate_series(1, $OB_CYCLE) g) e;
+COMMIT;
+SELECT coalesce(array_agg(msg_id), '{}') AS ids FROM pgmq.read('cycle', 30, $OB_CYCLE) \gset
+SELECT count(*) FROM (SELECT pgmq.archive('cycle', i) FROM unnest(:ids::bigint[]) i) d;
+S
+	script cycle_pgmq_batch <<S
+BEGIN;
+INSERT INTO orders (item) VALUES ('cycle');
+SELECT count(*) FROM pgmq.send_batch('cycle_batch', array_fill($OB_JSONB, ARRAY[$OB_CYCLE]));
+COMMIT;
+SELECT coalesce(array_agg(msg_id), '{}') AS ids FROM pgmq.read('cycle_batch', 30, $OB_CYCLE) \gset
+SELECT count(*) FROM pgmq.archive('cycle_batch', :ids::bigint[]);
+S
+	# (a)'s messages are never taken: (b) starts from empty tables on both
+	# sides.  A cycle leaves dead versions on both sides, so each run starts
+	# from its tables vacuumed and analyzed, as autovacuum (off here) would
+	# leave them.
+	q "TRUNCATE orders, hand_outbox, idem_outbox, pgmq.q_bench, pgmq.a_bench" >/dev/null
+	say "outbox (b): the full cycle, $OB_CYCLE messages a transaction"
+	: >"$OUT/ob_cycle.txt"
+	for r in $(seq "$ROUNDS"); do
+		if [ $((r % 2)) -eq 1 ]; then
+			i=$(vacuumed_run cycle_idem idem_outbox)
+			p=$(vacuumed_run cycle_pgmq pgmq.q_cycle, pgmq.a_cycle)
+			b=$(vacuumed_run cycle_pgmq_batch pgmq.q_cycle_batch, pgmq.a_cycle_batch)
+		else
+			b=$(vacuumed_run cycle_pgmq_batch pgmq.q_cycle_batch, pgmq.a_cycle_batch)
+			p=$(vacuumed_run cycle_pgmq pgmq.q_cycle, pgmq.a_cycle)
+			i=$(vacuumed_run cycle_idem idem_outbox)
+		fi
+		echo "$i $p $b" | tee -a "$OUT/ob_cycle.txt"
+	done
+	# messages/s is taken as tps times OB_CYCLE; what is left undelivered
+	# bounds its error (a take may find fewer, and a run's end may stop a
+	# client between its enqueue and its take)
+	OB_LEFT=$(q "SELECT (SELECT count(*) FROM idem_outbox WHERE topic = 'cycle' AND state <> 'delivered') || ', ' || (SELECT count(*) FROM pgmq.q_cycle) || ', ' || (SELECT count(*) FROM pgmq.q_cycle_batch)")
+
+	say "outbox (c): latency, $OB_LATENCY messages 20 ms apart"
+	/usr/bin/python3 test/bench/latency.py "$OB_LATENCY" 0.02 >"$OUT/ob_latency.txt"
+
+	say "outbox size: 10 cycles of $OB_SIZE messages"
+	createdb obsize
+	PGDATABASE=obsize q 'CREATE EXTENSION idem'
+	: >"$OUT/ob_size.txt"
+	for c in $(seq 10); do
+		{
+			echo "SELECT count(*) FROM (SELECT idem_enqueue('size', 'size', 'c$c-' || g, $OB_PAYLOAD) FROM generate_series(1, $OB_SIZE) g) e;"
+			# a delivery sets its message's expiry: 1 s later, for the purge
+			echo "SET idem.outbox_retention = '1s';"
+			for r in $(seq $((OB_SIZE / OB_TAKE))); do
+				echo "SELECT array_agg(id) AS ids, array_agg(attempt) AS attempts FROM idem_take('size', $OB_TAKE) \\gset"
+				echo "SELECT count(*) FROM (SELECT idem_delivered(i, a) FROM unnest(:'ids'::bigint[], :'attempts'::int[]) u(i, a)) d;"
+			done
+		} | psql -X -q -d obsize -v ON_ERROR_STOP=1 >/dev/null
+		[ "$(PGDATABASE=obsize q "SELECT count(*) FROM idem_outbox WHERE state <> 'delivered'")" = 0 ] ||
+			{ say "outbox size: cycle $c did not deliver every message" >&2; exit 1; }
+		full=$(PGDATABASE=obsize q "SELECT pg_total_relation_size('idem_outbox')")
+		psql -X -q -d obsize -v ON_ERROR_STOP=1 -c 'SELECT pg_sleep(1.1)' -c 'SELECT idem_purge()' \
+			-c 'VACUUM idem_outbox' >/dev/null
+		[ "$(PGDATABASE=obsize q "SELECT count(*) FROM idem_outbox")" = 0 ] ||
+			{ say "outbox size: the purge of cycle $c left messages" >&2; exit 1; }
+		after=$(PGDATABASE=obsize q "SELECT pg_total_relation_size('idem_outbox')")
+		echo "$c $full $after" | tee -a "$OUT/ob_size.txt"
+	done
+}
+
+# vacuumed_run NAME TABLE...: VACUUM (ANALYZE) the tables, then run NAME
+vacuumed_run() {
+	local name=$1
+	shift
+	q "VACUUM (ANALYZE) $*" >/dev/null
+	run "$name"
+}
+
+# percentile P: the P-th percentile (nearest rank) of the numbers on stdin
+percentile() {
+	sort -g | awk -v p="$1" '{a[NR] = $1} END {r = p * NR / 100; i = int(r); if (i < r) i++; if (i < 1) i = 1; print a[i]}'
+}
+
+# the outbox part's rows of the report: each ratio is that of the two
+# medians beside it; the size's spread is over cycles 2 to 10, since the
+# first starts from an empty table
+outbox_rows() {
+	local i p h b ci cp cb min max
+	i=$(awk '{print $1}' "$OUT/ob_enqueue.txt" | median)
+	p=$(awk '{print $2}' "$OUT/ob_enqueue.txt" | median)
+	h=$(awk '{print $3}' "$OUT/ob_enqueue.txt" | median)
+	b=$(awk '{print $4}' "$OUT/ob_enqueue.txt" | median)
+	ci=$(awk -v n="$OB_CYCLE" '{printf "%.0f\n", $1 * n}' "$OUT/ob_cycle.txt" | median)
+	cp=$(awk -v n="$OB_CYCLE" '{printf "%.0f\n", $2 * n}' "$OUT/ob_cycle.txt" | median)
+	cb=$(awk -v n="$OB_CYCLE" '{printf "%.0f\n", $3 * n}' "$OUT/ob_cycle.txt" | median)
+	min=$(awk '$1 > 1 {print $2}' "$OUT/ob_size.txt" | sort -n | head -1)
+	max=$(awk '$1 > 1 {print $2}' "$OUT/ob_size.txt" | sort -n | tail -1)
+	echo "| outbox (a): a business INSERT and one enqueue in a transaction, $CLIENTS clients, tps (median of $ROUNDS): idem_enqueue | $i | pgmq.send $p | idem/pgmq $(ratio "$i" "$p") | ≥ 1.3 |"
+	echo "| the same | $i | hand-written INSERT ... ON CONFLICT DO NOTHING into an identical table $h | idem/hand $(ratio "$i" "$h") | ≥ 1.0 |"
+	echo "| the same | $i | the business INSERT alone $b | $(ratio "$i" "$b") | |"
+	echo "| outbox (b): full cycle of $OB_CYCLE messages, $CLIENTS clients, messages/s (median of $ROUNDS): a business transaction enqueuing $OB_CYCLE (one call per message, in one statement), one take of $OB_CYCLE, a delivery per message (one call each, in one statement) | $ci | pgmq, the same shape (send each, read $OB_CYCLE, archive each) $cp | idem/pgmq $(ratio "$ci" "$cp") | ≥ 1.5 |"
+	echo "| the same | $ci | pgmq's batch calls (one send_batch, read $OB_CYCLE, one archive of the ids; idem has no batch enqueue or delivery) $cb | idem/pgmq $(ratio "$ci" "$cb") | |"
+	echo "| outbox (c): latency from an enqueue's commit to a LISTENing dispatcher's take, idle server, $OB_LATENCY messages 20 ms apart, ms: p50 | $(percentile 50 <"$OUT/ob_latency.txt") | p90 $(percentile 90 <"$OUT/ob_latency.txt"), p99 $(percentile 99 <"$OUT/ob_latency.txt") | | p50 ≤ 5 |"
+	echo "| outbox size over 10 cycles of $OB_SIZE messages (enqueue, take and deliver all, purge, VACUUM), bytes once all are delivered, cycles 2–10 | $min .. $max | first cycle $(awk '$1 == 1 {print $2}' "$OUT/ob_size.txt") | max/min $(ratio "$max" "$min") | ≈ 1 |"
+}
+outbox_rounds() {
+	echo "outbox per-round tps: (a) (idem, pgmq, hand, business INSERT alone): $(tr '\n' ';' <"$OUT/ob_enqueue.txt") (b) (idem, pgmq, pgmq batch; times $OB_CYCLE for messages/s): $(tr '\n' ';' <"$OUT/ob_cycle.txt") left undelivered after (b) (idem, pgmq, pgmq batch): $OB_LEFT; outbox size per cycle (cycle, bytes once delivered, bytes after the purge and VACUUM): $(tr '\n' ';' <"$OUT/ob_size.txt")"
+}
+
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 
+machine() {
+	echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), PostgreSQL $(postgres -V | awk '{print $3}')"
+}
+batch_rounds() {
+	echo "per-round ms ((a) per key, (b) idem_claim_many, (c) INSERT, (d) INSERT ON CONFLICT): $(tr '\n' ';' <"$OUT/batch_stmt.txt") consumer tps (single, batch): $(tr '\n' ';' <"$OUT/consumer.txt")"
+}
+
 NREC=$SMALL
-if [ "${IDEM_BENCH_ONLY:-}" = batch ]; then
-	batch_bench
+if [ -n "${IDEM_BENCH_ONLY:-}" ]; then
+	"${IDEM_BENCH_ONLY}_bench"
 	{
 		echo "| measure | idem | baseline | ratio | target |"
 		echo "|---|---|---|---|---|"
-		batch_rows
+		"${IDEM_BENCH_ONLY}_rows"
 	} | tee "$OUT/results.md"
 	echo
-	echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), PostgreSQL $(postgres -V | awk '{print $3}')" | tee -a "$OUT/results.md"
-	echo "per-round ms ((a) per key, (b) idem_claim_many, (c) INSERT, (d) INSERT ON CONFLICT): $(tr '\n' ';' <"$OUT/batch_stmt.txt") consumer tps (single, batch): $(tr '\n' ';' <"$OUT/consumer.txt")" | tee -a "$OUT/results.md"
+	{ machine; "${IDEM_BENCH_ONLY}_rounds"; } | tee -a "$OUT/results.md"
 	exit 0
-elif [ -n "${IDEM_BENCH_ONLY:-}" ]; then
-	say "IDEM_BENCH_ONLY=$IDEM_BENCH_ONLY: only \"batch\" is known" >&2
-	exit 1
 fi
 for t in idem_record hand_record plpg_record; do fill $t $SMALL; done
 
@@ -284,6 +502,7 @@ wait "$BATCH_PID"
 BATCH_S=$(awk -v s="$BATCH_START" -v e="$(date +%s.%N)" 'BEGIN {printf "%.2f", e - s}')
 BATCH_CLAIMED=$(cat "$OUT/batch.txt")
 batch_bench
+outbox_bench
 
 # purge: a million expired records, purged by the worker while claims run
 say "purge"
@@ -377,6 +596,7 @@ B_FI=$(col "$BIG" 2); B_FH=$(col "$BIG" 3); B_RI=$(col "$BIG" 4); B_RH=$(col "$B
 	echo "| contention: 32 clients on 10 keys, answers/s | $CONT_TPS ($CONT_OUT), no errors | | | |"
 	echo "| 100,000 claims in one transaction (default settings), claimed | $BATCH_CLAIMED in ${BATCH_S}s | another session's fresh tps meanwhile $BATCH_OTHER_TPS | | all claimed, no error |"
 	batch_rows
+	outbox_rows
 	echo "| purge of 1M expired records by the worker, rows/s | $PURGE_RATE (${PURGE_S}s) | | | ≥ 100000 |"
 	echo "| fresh tps during the purge | $DURING_TPS | without $BASE_TPS | $(ratio "$DURING_TPS" "$BASE_TPS") | ≥ 0.90 |"
 	echo "| fresh at $SMALL records, tps | $S_FI | hand-written SQL $S_FH | $(ratio "$S_FI" "$S_FH") | |"
@@ -387,8 +607,12 @@ B_FI=$(col "$BIG" 2); B_FH=$(col "$BIG" 3); B_RI=$(col "$BIG" 4); B_RH=$(col "$B
 	echo "| table size over 10 fill/expire/purge cycles | $SIZE_MIN .. $SIZE_MAX bytes | | spread $SIZE_SPREAD % | ≤ 10 % |"
 } | tee "$OUT/results.md"
 echo
-echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), PostgreSQL $(postgres -V | awk '{print $3}')" | tee -a "$OUT/results.md"
-echo "per-round tps (idem, hand, PL/pgSQL): fresh $(tr '\n' ';' <"$OUT/fresh.txt") replay $(tr '\n' ';' <"$OUT/replay.txt")" | tee -a "$OUT/results.md"
+{
+	machine
+	echo "per-round tps (idem, hand, PL/pgSQL): fresh $(tr '\n' ';' <"$OUT/fresh.txt") replay $(tr '\n' ';' <"$OUT/replay.txt")"
+	batch_rounds
+	outbox_rounds
+} | tee -a "$OUT/results.md"
 
 # the chart: tps against record count
 gnuplot <<GP
