@@ -191,3 +191,218 @@ BEGIN
 	END LOOP;
 END
 $$;
+
+/* issue 23: the outbox */
+
+/*
+ * One row per (tenant, topic, key): an outbound message that a business
+ * transaction wrote, and what became of it.  The key columns use "C" as
+ * idem_record's do.  state is queued (due from not_before on), leased
+ * (taken by a dispatcher until lease_expires_at; not_before is then the
+ * lease's end, when the message is due again), delivered, dead, or unknown
+ * (a message with redeliver = false whose lease ran out: an operator
+ * decides).  attempt is the latest take's fencing token, 0 before the
+ * first; attempt_base is where the attempts of the current run started (0,
+ * or the attempt at the last idem_requeue), so that a message dies after
+ * max_attempts takes of one run.  The ids come from idem_outbox_id_seq,
+ * which the C code calls itself: nothing inserts rows by SQL.
+ */
+CREATE SEQUENCE idem_outbox_id_seq AS bigint;
+
+CREATE TABLE idem_outbox (
+	id					bigint NOT NULL,
+	tenant				text COLLATE "C" NOT NULL,
+	topic				text COLLATE "C" NOT NULL,
+	key					text COLLATE "C" NOT NULL,
+	state				text NOT NULL
+		CHECK (state IN ('queued', 'leased', 'delivered', 'dead', 'unknown')),
+	payload				bytea NOT NULL,
+	headers				jsonb CHECK (jsonb_typeof(headers) = 'object'),
+	ordering_key		text COLLATE "C",
+	redeliver			boolean NOT NULL,
+	max_attempts		integer NOT NULL CHECK (max_attempts >= 1),
+	attempt				integer NOT NULL CHECK (attempt >= 0),
+	attempt_base		integer NOT NULL CHECK (attempt_base >= 0),
+	not_before			timestamptz NOT NULL,
+	lease_expires_at	timestamptz,
+	last_error			text,
+	status				integer CHECK (status BETWEEN 100 AND 599),
+	body				bytea,
+	created_at			timestamptz NOT NULL,
+	finished_at			timestamptz,
+	expires_at			timestamptz,
+	CONSTRAINT idem_outbox_pkey PRIMARY KEY (id)
+);
+
+ALTER SEQUENCE idem_outbox_id_seq OWNED BY idem_outbox.id;
+
+CREATE UNIQUE INDEX idem_outbox_key ON idem_outbox (tenant, topic, key);
+/* what idem_take scans: the topic's messages that may be due, oldest first */
+CREATE INDEX idem_outbox_due ON idem_outbox (topic, not_before, id)
+	WHERE state IN ('queued', 'leased');
+/* the messages that hold back later ones of their ordering key */
+CREATE INDEX idem_outbox_order ON idem_outbox (tenant, topic, ordering_key, id)
+	WHERE ordering_key IS NOT NULL AND state IN ('queued', 'leased', 'unknown');
+/* what the purge deletes */
+CREATE INDEX idem_outbox_expires ON idem_outbox (expires_at)
+	WHERE state IN ('delivered', 'dead');
+
+COMMENT ON TABLE idem_outbox IS
+	'outbound messages: one per tenant, topic and key, delivered by a dispatcher';
+COMMENT ON COLUMN idem_outbox.state IS
+	'queued, leased (taken by a dispatcher), delivered, dead, or unknown (a lease of a message that may not be redelivered ran out)';
+COMMENT ON COLUMN idem_outbox.attempt IS
+	'the latest take''s fencing token: 1 for the first take, one more for each';
+COMMENT ON COLUMN idem_outbox.not_before IS
+	'when the message is due: for a leased message, when its lease runs out';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_outbox_id_seq', '');
+
+REVOKE ALL ON idem_outbox FROM PUBLIC;
+REVOKE ALL ON SEQUENCE idem_outbox_id_seq FROM PUBLIC;
+
+/* the tenant binding, as for idem_record */
+ALTER TABLE idem_outbox ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idem_outbox_tenant ON idem_outbox FOR SELECT
+	USING (tenant OPERATOR(pg_catalog.=)
+		   coalesce(@extschema@.idem_tenant(), tenant) COLLATE "C");
+
+CREATE FUNCTION idem_enqueue(tenant text, topic text, key text,
+							 payload bytea,
+							 headers jsonb DEFAULT NULL,
+							 not_before timestamptz DEFAULT NULL,
+							 ordering_key text DEFAULT NULL,
+							 max_attempts integer DEFAULT NULL,
+							 redeliver boolean DEFAULT true,
+							 OUT outcome text, OUT id bigint,
+							 OUT state text, OUT created_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_enqueue'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_enqueue(tenant text, topic text, key text,
+							 payload text,
+							 headers jsonb DEFAULT NULL,
+							 not_before timestamptz DEFAULT NULL,
+							 ordering_key text DEFAULT NULL,
+							 max_attempts integer DEFAULT NULL,
+							 redeliver boolean DEFAULT true,
+							 OUT outcome text, OUT id bigint,
+							 OUT state text, OUT created_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_enqueue'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_enqueue(tenant text, topic text, key text,
+							 payload jsonb,
+							 headers jsonb DEFAULT NULL,
+							 not_before timestamptz DEFAULT NULL,
+							 ordering_key text DEFAULT NULL,
+							 max_attempts integer DEFAULT NULL,
+							 redeliver boolean DEFAULT true,
+							 OUT outcome text, OUT id bigint,
+							 OUT state text, OUT created_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_enqueue_jsonb'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_take(topic text, max_messages integer DEFAULT 1,
+						  lease interval DEFAULT NULL,
+						  tenant text DEFAULT NULL)
+RETURNS TABLE (id bigint, tenant text, topic text, key text, payload bytea,
+			   headers jsonb, attempt integer,
+			   lease_expires_at timestamptz)
+AS 'MODULE_PATHNAME', 'idem_take'
+LANGUAGE C VOLATILE ROWS 10;
+
+CREATE FUNCTION idem_delivered(id bigint, attempt integer,
+							   status integer DEFAULT NULL,
+							   body bytea DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_delivered'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_retry(id bigint, attempt integer,
+						   error text DEFAULT NULL,
+						   after interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_retry'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_dead(id bigint, attempt integer,
+						  error text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_dead'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_requeue(id bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_requeue'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION idem_requeue(bigint) FROM PUBLIC;
+
+CREATE FUNCTION idem_message(tenant text, topic text, key text)
+RETURNS TABLE (id bigint, state text, attempt integer,
+			   not_before timestamptz, last_error text, status integer,
+			   body bytea, created_at timestamptz, finished_at timestamptz,
+			   expires_at timestamptz)
+AS 'MODULE_PATHNAME', 'idem_message'
+LANGUAGE C STABLE ROWS 1;
+
+/*
+ * Per topic: the messages in each state (a leased message whose lease ran
+ * out counts as queued when it will be redelivered, as unknown when not),
+ * how long the oldest due message has waited, and what the messages the
+ * table holds went through: deliveries, deaths, and retries (the takes
+ * that did not end in a delivery or a death and are not the live lease).
+ * Counted from the table, so over the messages that idem.outbox_retention
+ * keeps.  Runs as its caller: the table's row-level security shows a bound
+ * role its own tenant's messages only.
+ */
+CREATE VIEW idem_outbox_stats WITH (security_invoker = true) AS
+SELECT topic,
+	   count(*) FILTER (WHERE s OPERATOR(pg_catalog.=) 'queued') AS queued,
+	   count(*) FILTER (WHERE s OPERATOR(pg_catalog.=) 'leased') AS leased,
+	   count(*) FILTER (WHERE s OPERATOR(pg_catalog.=) 'unknown') AS unknown,
+	   count(*) FILTER (WHERE s OPERATOR(pg_catalog.=) 'delivered') AS delivered,
+	   count(*) FILTER (WHERE s OPERATOR(pg_catalog.=) 'dead') AS dead,
+	   pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-)
+		   min(not_before) FILTER (WHERE s OPERATOR(pg_catalog.=) 'queued'
+		   AND not_before OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp())
+		   AS oldest_due_age,
+	   count(*) FILTER (WHERE s OPERATOR(pg_catalog.=) 'delivered') AS deliveries,
+	   (coalesce(sum(attempt), 0) OPERATOR(pg_catalog.-)
+		   count(*) FILTER (WHERE s OPERATOR(pg_catalog.=)
+		   ANY (ARRAY['leased', 'delivered', 'dead'])
+		   AND attempt OPERATOR(pg_catalog.>) 0))::bigint
+		   AS retries,
+	   count(*) FILTER (WHERE s OPERATOR(pg_catalog.=) 'dead') AS deaths
+FROM (SELECT topic, attempt, not_before,
+			 CASE WHEN state OPERATOR(pg_catalog.=) 'leased'
+			  AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()
+			 THEN CASE WHEN redeliver THEN 'queued' ELSE 'unknown' END
+			 ELSE state END AS s
+	  FROM @extschema@.idem_outbox) m
+GROUP BY topic;
+
+REVOKE ALL ON idem_outbox_stats FROM PUBLIC;
+GRANT SELECT ON idem_outbox_stats TO pg_monitor;
+
+COMMENT ON FUNCTION idem_enqueue(text, text, text, bytea, jsonb, timestamptz, text, integer, boolean) IS
+	'in the caller''s transaction: write an outbound message (enqueued, duplicate or mismatch)';
+COMMENT ON FUNCTION idem_take(text, integer, interval, text) IS
+	'lease up to max_messages due messages of a topic, skipping those another transaction holds';
+COMMENT ON FUNCTION idem_delivered(bigint, integer, integer, bytea) IS
+	'a leased (or unknown) message was delivered: store the receiver''s answer';
+COMMENT ON FUNCTION idem_retry(bigint, integer, text, interval) IS
+	'a delivery failed: due again after the backoff, or dead after max_attempts; returns the new state';
+COMMENT ON FUNCTION idem_dead(bigint, integer, text) IS
+	'a delivery failed for good: the message is dead';
+COMMENT ON FUNCTION idem_requeue(bigint) IS
+	'operator tool: a dead or unknown message is queued again, due now';
+COMMENT ON FUNCTION idem_message(text, text, text) IS
+	'the poll: a message''s state and the receiver''s answer';
+COMMENT ON VIEW idem_outbox_stats IS
+	'per topic: messages in each state, the oldest due message''s age, deliveries, retries and deaths';

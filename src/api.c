@@ -84,7 +84,7 @@ arg_given(FunctionCallInfo fcinfo, int argno)
 	return PG_NARGS() > argno && !PG_ARGISNULL(argno);
 }
 
-static void
+void
 require_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
 {
 	if (PG_ARGISNULL(argno))
@@ -94,7 +94,7 @@ require_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
 }
 
 /* A tenant, endpoint or key: empty and over-long are refused */
-static text *
+text *
 check_key_part(text *part, const char *name)
 {
 	int			len = VARSIZE_ANY_EXHDR(part);
@@ -115,7 +115,7 @@ check_key_part(text *part, const char *name)
 }
 
 /* ... and NULL too, as an argument */
-static text *
+text *
 key_part_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 {
 	require_not_null(fcinfo, argno, name);
@@ -135,7 +135,7 @@ key_from_args(FunctionCallInfo fcinfo, IdemKey *key)
 	tenant_check(key->tenant);
 }
 
-static int32
+int32
 check_status(int32 status)
 {
 	if (status < 100 || status > 599)
@@ -160,6 +160,24 @@ body_from_arg(FunctionCallInfo fcinfo, int argno, bool jsonb)
 	if (PG_ARGISNULL(argno))
 		return NULL;
 	return jsonb ? jsonb_body(PG_GETARG_DATUM(argno)) : PG_GETARG_BYTEA_PP(argno);
+}
+
+/*
+ * idem.max_body_size bounds an outbox message's payload and the answer
+ * stored for it, as it bounds a response body
+ */
+void
+check_body_size(const char *what, bytea *body)
+{
+	Size		limit = (Size) idem_max_body_size * 1024;
+	Size		size = VARSIZE_ANY_EXHDR(body);
+
+	if (size > limit)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s of %zu bytes is larger than idem.max_body_size",
+						what, size),
+				 errdetail("idem.max_body_size is %zu bytes.", limit)));
 }
 
 /*
@@ -234,7 +252,7 @@ report_bad_headers(const char *detail)
  * sent more than once (Set-Cookie).  Anything else could not be replayed as
  * HTTP headers, so it is refused here rather than when a replay sends it.
  */
-static Jsonb *
+Jsonb *
 check_headers(Jsonb *headers)
 {
 	JsonbIterator *it;
@@ -297,7 +315,7 @@ headers_from_arg(FunctionCallInfo fcinfo, int argno)
 	return check_headers(PG_GETARG_JSONB_P(argno));
 }
 
-static int32
+int32
 check_attempt(int32 attempt)
 {
 	if (attempt < 1)
@@ -318,7 +336,7 @@ attempt_from_arg(FunctionCallInfo fcinfo, int argno, int32 *attempt)
 	return true;
 }
 
-static bool
+bool
 bool_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 {
 	require_not_null(fcinfo, argno, name);

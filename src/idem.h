@@ -16,6 +16,7 @@
 #include "postgres.h"
 
 #include "access/tupdesc.h"
+#include "fmgr.h"
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 #include "utils/jsonb.h"
@@ -148,6 +149,10 @@ extern int	idem_max_body_size; /* kilobytes */
 extern bool idem_log_outcomes;
 extern bool idem_standby_replay;
 extern bool idem_require_binding;
+extern int	idem_outbox_retention;	/* seconds */
+extern int	idem_outbox_max_attempts;
+extern int	idem_outbox_backoff;	/* milliseconds */
+extern int	idem_outbox_backoff_max;	/* milliseconds */
 extern void settings_init(void);
 extern void settings_check_retention_rule(int elevel);
 extern void settings_guard_alter_system(void);
@@ -231,6 +236,32 @@ extern void protocol_batch_end(void);
 extern void protocol_batch_abandon(void);
 extern const char *outcome_name(IdemOutcome outcome);
 extern void require_primary(const char *function);
+extern void require_primary_for(const char *function, Oid relid,
+								const char *table);
+extern TimestampTz protocol_time_plus(TimestampTz now, Interval *span,
+									  const char *name);
+extern void protocol_check_cap(const char *who, const char *what,
+							   TimestampTz now, TimestampTz end, int64 cap_us,
+							   Interval *given, const char *setting,
+							   const char *cap_setting);
+
+/* api.c: argument checks that outbox.c's SQL functions share */
+extern void require_not_null(FunctionCallInfo fcinfo, int argno,
+							 const char *name);
+extern text *check_key_part(text *part, const char *name);
+extern text *key_part_from_arg(FunctionCallInfo fcinfo, int argno,
+							   const char *name);
+extern int32 check_status(int32 status);
+extern Jsonb *check_headers(Jsonb *headers);
+extern int32 check_attempt(int32 attempt);
+extern bool bool_from_arg(FunctionCallInfo fcinfo, int argno,
+						  const char *name);
+extern void check_body_size(const char *what, bytea *body);
+
+/* outbox.c */
+extern Oid	outbox_relation(void);
+extern bool outbox_subscribed(void);
+extern uint64 outbox_purge_batch(TimestampTz now, int batch, bool *more);
 
 /* purge.c */
 extern List *purge_targets(bool *distributed);
@@ -257,7 +288,9 @@ extern Oid	subscription_of_records(void);
 extern Oid	subscription_of(Oid relid);
 
 /* tenant.c */
+extern Oid	idem_extension_schema(void);
 extern void tenant_check(const text *tenant);
+extern text *tenant_bound(void);
 
 /* worker.c */
 extern void worker_register_launcher(void);

@@ -82,31 +82,46 @@ subscription_name(Oid subid)
  * (subscription.c): its records are the publisher's, and a key written on
  * both sides would stop the subscription.
  */
-void
-require_primary(const char *function)
+static void
+refuse_unless_primary(const char *function, Oid subid, const char *table)
 {
-	Oid			subid;
-
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot call %s during recovery", function),
-				 errhint("Idempotency decisions need the primary server: connect to it.")));
-	subid = subscription_of_records();
 	if (OidIsValid(subid))
 	{
 		char	   *name = subscription_name(subid);
 
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot call %s on a logical replication subscriber of table \"idem_record\"",
-						function),
-				 errdetail("Subscription \"%s\" replicates idem_record into this database; a decision taken here would conflict with the publisher's.",
-						   name),
+				 errmsg("cannot call %s on a logical replication subscriber of table \"%s\"",
+						function, table),
+				 errdetail("Subscription \"%s\" replicates %s into this database; a decision taken here would conflict with the publisher's.",
+						   name, table),
 				 errhint("Idempotency decisions need the publisher of subscription \"%s\": connect to it.",
 						 name)));
 	}
 	PreventCommandIfReadOnly(function);
+}
+
+void
+require_primary(const char *function)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot call %s during recovery", function),
+				 errhint("Idempotency decisions need the primary server: connect to it.")));
+	refuse_unless_primary(function, subscription_of_records(), "idem_record");
+}
+
+/* The same for a decision over another table of idem's (the outbox) */
+void
+require_primary_for(const char *function, Oid relid, const char *table)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot call %s during recovery", function),
+				 errhint("Idempotency decisions need the primary server: connect to it.")));
+	refuse_unless_primary(function, subscription_of(relid), table);
 }
 
 pg_noreturn static void report_not_pending(const IdemKey *key,
@@ -220,8 +235,8 @@ settled_outcome(const IdemRecord *rec, const IdemFingerprint *fp,
  * estimate is a few years off at most, and the margin is a century.  An
  * infinite interval (PostgreSQL 17+) gives an infinite timestamp.
  */
-static TimestampTz
-time_plus(TimestampTz now, Interval *span, const char *name)
+TimestampTz
+protocol_time_plus(TimestampTz now, Interval *span, const char *name)
 {
 	if (idem_interval_is_finite(span))
 	{
@@ -258,9 +273,10 @@ time_plus(TimestampTz now, Interval *span, const char *name)
  * It binds every role, whatever asks for the span, and errors before
  * anything is written; the message names both values.
  */
-static void
-check_cap(const char *what, TimestampTz now, TimestampTz end, int64 cap_us,
-		  Interval *given, const char *setting, const char *cap_setting)
+void
+protocol_check_cap(const char *who, const char *what, TimestampTz now,
+				   TimestampTz end, int64 cap_us, Interval *given,
+				   const char *setting, const char *cap_setting)
 {
 	if (cap_us <= 0 || (!TIMESTAMP_IS_NOEND(end) && end - now <= cap_us))
 		return;
@@ -273,7 +289,7 @@ check_cap(const char *what, TimestampTz now, TimestampTz end, int64 cap_us,
 					GetConfigOptionByName(setting, NULL, false),
 					cap_setting, GetConfigOptionByName(cap_setting, NULL, false)),
 			 given != NULL ?
-			 errdetail("The claim's %s argument asks for it.", what) :
+			 errdetail("The %s's %s argument asks for it.", who, what) :
 			 errdetail("The setting %s asks for it.", setting),
 			 errhint("Ask for a shorter %s, or have a superuser raise %s.",
 					 what, cap_setting)));
@@ -290,7 +306,7 @@ claim_times(TimestampTz now, Interval *lease, Interval *retention,
 			TimestampTz *lease_expires_at, TimestampTz *expires_at)
 {
 	if (lease != NULL)
-		*lease_expires_at = time_plus(now, lease, "lease");
+		*lease_expires_at = protocol_time_plus(now, lease, "lease");
 	else
 		*lease_expires_at = now + (TimestampTz) idem_lease * 1000;
 	if (*lease_expires_at <= now)
@@ -303,7 +319,7 @@ claim_times(TimestampTz now, Interval *lease, Interval *retention,
 
 	if (retention != NULL)
 	{
-		*expires_at = time_plus(now, retention, "retention");
+		*expires_at = protocol_time_plus(now, retention, "retention");
 		/* an infinite interval (PostgreSQL 17+) gives an infinite expiry */
 		if (TIMESTAMP_IS_NOBEGIN(*expires_at) ||
 			(!TIMESTAMP_IS_NOEND(*expires_at) &&
@@ -318,10 +334,10 @@ claim_times(TimestampTz now, Interval *lease, Interval *retention,
 	}
 	else
 		*expires_at = now + (TimestampTz) idem_retention * USECS_PER_SEC;
-	check_cap("lease", now, *lease_expires_at,
+	protocol_check_cap("claim", "lease", now, *lease_expires_at,
 			  (int64) idem_max_lease * 1000, lease, "idem.lease",
 			  "idem.max_lease");
-	check_cap("retention", now, *expires_at,
+	protocol_check_cap("claim", "retention", now, *expires_at,
 			  (int64) idem_max_retention * USECS_PER_SEC, retention,
 			  "idem.retention", "idem.max_retention");
 	*expires_at = Max(*expires_at, *lease_expires_at);
@@ -486,7 +502,7 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 	claim_times(now, lease, retention, &lease_expires_at, &expires_at);
 	if (wait_timeout != NULL)
 	{
-		deadline = time_plus(now, wait_timeout, "wait_timeout");
+		deadline = protocol_time_plus(now, wait_timeout, "wait_timeout");
 		if (deadline < now)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

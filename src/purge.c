@@ -16,6 +16,10 @@
  * someone else's transaction lasts, and the worker commits after every
  * batch.
  *
+ * Finished outbox messages (delivered, dead) are purged by the same calls
+ * once idem.outbox_retention has passed since they finished
+ * (outbox_purge_batch), but on a subscriber that receives idem_outbox.
+ *
  * On Citus each node purges the shard placements of idem_record it holds
  * (record_purge_targets), its worker as everywhere else; idem_purge() on
  * the coordinator also runs idem_purge() on every worker node and adds up
@@ -152,6 +156,16 @@ purge_all(void)
 		{
 			CHECK_FOR_INTERRUPTS();
 			total += purge_batch(lfirst_oid(lc), now, &scan, &more);
+		} while (more);
+	}
+	if (!outbox_subscribed())
+	{
+		bool		more;
+
+		do
+		{
+			CHECK_FOR_INTERRUPTS();
+			total += outbox_purge_batch(now, idem_purge_batch, &more);
 		} while (more);
 	}
 	stats_count_purge(total, start, GetCurrentTimestamp(), false);

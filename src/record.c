@@ -208,15 +208,15 @@ look_up_tables(void)
 		callback_registered = true;
 	}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	schema = sql_extension_schema();
+	schema = idem_extension_schema();
 	tables.record = OidIsValid(schema) ?
 		get_relname_relid("idem_record", schema) : InvalidOid;
 	if (!OidIsValid(tables.record))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
 	tables.distributed = sql_distributed(tables.record);
 	SPI_finish();
 

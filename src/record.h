@@ -22,7 +22,6 @@
 /* record_sql.c */
 extern void sql_open(MemoryContext caller);
 extern void sql_close(void);
-extern Oid	sql_extension_schema(void);
 extern bool sql_distributed(Oid relid);
 extern bool sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec);
 extern RecordProbe sql_probe(const IdemKey *key, bool wait, IdemRecord *rec,

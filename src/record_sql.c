@@ -261,30 +261,6 @@ sql_invalidate(Datum arg, Oid relid)
 }
 
 /*
- * The schema the extension lives in, wherever the DBA put it; InvalidOid if
- * the extension is not installed in this database.  The caller is
- * connected to SPI.
- */
-Oid
-sql_extension_schema(void)
-{
-	Oid			argtypes[1] = {NAMEOID};
-	Datum		values[1] = {CStringGetDatum("idem")};
-	bool		isnull;
-	int			rc;
-
-	rc = SPI_execute_with_args("SELECT extnamespace FROM pg_catalog.pg_extension"
-							   " WHERE extname OPERATOR(pg_catalog.=) $1",
-							   1, argtypes, values, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed: %s",
-			 SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return InvalidOid;
-	return DatumGetObjectId(first_row_column(1, &isnull));
-}
-
-/*
  * The settings every statement of this file is planned and run with: the
  * pinned search_path, and sequential scans off.  The plan cache re-plans a
  * kept statement on its own when the search_path differs from the one it
@@ -318,7 +294,7 @@ prepare_plans(void)
 		plans[i] = NULL;
 	}
 
-	schema = sql_extension_schema();
+	schema = idem_extension_schema();
 	record_relid = OidIsValid(schema) ?
 		get_relname_relid("idem_record", schema) : InvalidOid;
 	if (!OidIsValid(record_relid))
@@ -369,7 +345,7 @@ prepare_plans(void)
  * Whether relid is a table that Citus distributes: then the local table is
  * a shell, and only SQL reaches its rows.  Asked once per relcache
  * invalidation of idem_record (distributing it invalidates it).  Needs a
- * connection to SPI, as sql_extension_schema does.
+ * connection to SPI.
  */
 bool
 sql_distributed(Oid relid)

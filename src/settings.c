@@ -51,6 +51,10 @@ int			idem_max_body_size = 1024;
 bool		idem_log_outcomes = false;
 bool		idem_standby_replay = false;
 bool		idem_require_binding = false;
+int			idem_outbox_retention = 7 * 24 * 60 * 60;
+int			idem_outbox_max_attempts = 10;
+int			idem_outbox_backoff = 1000;
+int			idem_outbox_backoff_max = 60 * 60 * 1000;
 
 /* The largest body a bytea can hold, in kilobytes */
 #define IDEM_MAX_BODY_KB	((int) (MaxAllocSize / 1024))
@@ -158,6 +162,42 @@ settings_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.outbox_retention",
+							"Sets how long a delivered or dead outbox message is kept after it finished.",
+							NULL,
+							&idem_outbox_retention,
+							7 * 24 * 60 * 60, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.outbox_max_attempts",
+							"Sets how many attempts an outbox message gets before it is dead.",
+							"An enqueue's max_attempts argument overrides it for its message.",
+							&idem_outbox_max_attempts,
+							10, 1, INT_MAX,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.outbox_backoff",
+							"Sets the wait after an outbox message's first failed attempt.",
+							"It doubles with each further failure, up to idem.outbox_backoff_max; the wait is jittered between half of that and all of it.",
+							&idem_outbox_backoff,
+							1000, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.outbox_backoff_max",
+							"Sets the longest wait between two attempts of an outbox message.",
+							NULL,
+							&idem_outbox_backoff_max,
+							60 * 60 * 1000, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	/*
 	 * Reserving the prefix also removes idem.tenant, the binding setting of

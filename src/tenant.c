@@ -139,9 +139,13 @@ binding_subscriptions_changed(Datum arg, int cacheid, uint32 hashvalue)
 	binding_relid = InvalidOid;
 }
 
-/* The schema of extension "idem", InvalidOid if it is not installed */
-static Oid
-extension_namespace(void)
+/*
+ * The schema of extension "idem", wherever the DBA put it; InvalidOid if
+ * it is not installed in this database.  The one place that looks it up,
+ * as pg_cron's CronExtensionOwner() reads pg_extension.
+ */
+Oid
+idem_extension_schema(void)
 {
 	Oid			extoid = get_extension_oid("idem", true);
 	Relation	rel;
@@ -175,7 +179,7 @@ extension_namespace(void)
 static Oid
 find_binding_relation(void)
 {
-	Oid			nspid = extension_namespace();
+	Oid			nspid = idem_extension_schema();
 	Oid			relid;
 	Oid			extoid;
 	Oid			roletype;
@@ -471,6 +475,20 @@ tenant_check(const text *tenant)
 }
 
 /*
+ * The tenant that the roles this call acts as are bound to, NULL when they
+ * may touch every tenant; an error (42501) when they may touch none
+ */
+text *
+tenant_bound(void)
+{
+	Restriction r = current_restriction(NULL);
+
+	if (!r.restricted)
+		return NULL;
+	return cstring_to_text_with_len(r.by.tenant, r.by.len);
+}
+
+/*
  * idem_tenant(): the tenant this call is bound to, NULL when it may touch
  * every tenant; an error when it may touch none.  idem_record's row-level
  * security policy is built on it.
@@ -478,11 +496,11 @@ tenant_check(const text *tenant)
 Datum
 idem_tenant(PG_FUNCTION_ARGS)
 {
-	Restriction r = current_restriction(NULL);
+	text	   *tenant = tenant_bound();
 
-	if (!r.restricted)
+	if (tenant == NULL)
 		PG_RETURN_NULL();
-	PG_RETURN_TEXT_P(cstring_to_text_with_len(r.by.tenant, r.by.len));
+	PG_RETURN_TEXT_P(tenant);
 }
 
 static void

@@ -408,6 +408,28 @@ idem_purge_main(Datum main_arg)
 			break;
 	}
 
+	/* then the finished outbox messages, one transaction per batch too */
+	while (!more && GetCurrentTimestamp() < deadline)
+	{
+		bool		subscribed_outbox;
+		bool		outbox_more = false;
+
+		CHECK_FOR_INTERRUPTS();
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, "purging finished outbox messages");
+		subscribed_outbox = outbox_subscribed();
+		if (!subscribed_outbox)
+			total += outbox_purge_batch(GetCurrentStatementStartTimestamp(),
+										idem_purge_batch, &outbox_more);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		if (!outbox_more)
+			break;
+		more = outbox_more && GetCurrentTimestamp() >= deadline;
+	}
+
 	stats_count_purge(total, start, GetCurrentTimestamp(), more);
 	pgstat_report_stat(true);
 	pgstat_report_activity(STATE_IDLE, NULL);

@@ -1,0 +1,1355 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox.c
+ *	  The outbox: outbound messages that a business transaction writes and
+ *	  a dispatcher delivers, as decisions over a message's state.
+ *
+ * The only code that knows idem_outbox's columns.  It reaches the table as
+ * record.c reaches idem_record: directly through its indexes and the heap,
+ * no SPI, no plan, no heavyweight lock per message; the table's CHECK and
+ * NOT NULL constraints are applied by ExecConstraints, and its indexes
+ * (partial ones included) maintained by ExecInsertIndexTuples, as
+ * execReplication.c does.  What one call needs is an Outbox, passed to
+ * every function; nothing outlives the call but the tables' OIDs.
+ *
+ * Why it is correct:
+ * - An enqueue inserts speculatively with the unique (tenant, topic, key)
+ *   index as arbiter, as INSERT ... ON CONFLICT does: two enqueues of one
+ *   key never both insert.  On a conflict it looks at the key with a dirty
+ *   snapshot; a version that another transaction is inserting or deleting
+ *   is waited for (SpeculativeInsertionWait, XactLockTableWait), because
+ *   only its end tells whether the key exists: a rolled-back enqueue
+ *   leaves nothing, and the waiter then inserts.  Once the key's message
+ *   is committed (or this transaction's own), its payload decides between
+ *   duplicate and mismatch; its id, key and payload never change.
+ * - A take scans idem_outbox_due (topic, not_before, id) with a fresh MVCC
+ *   snapshot, so it never sees an uncommitted enqueue, and locks each
+ *   candidate with LockWaitSkip: a message that another transaction holds
+ *   (a take, a finish, an operator) is skipped, never waited for, and a
+ *   message changed since the snapshot is skipped too.  The locked version
+ *   is the newest, and it is checked again (state, due time) before it is
+ *   leased.  Two takes can therefore never lease one message, and a lease
+ *   is the message's row lock until the take commits, then its attempt.
+ * - Each take raises attempt by one: the fencing token.  Finishing
+ *   (delivered, retry, dead) locks the newest version by id, waiting for a
+ *   transaction that holds it, and accepts only the attempt of the newest
+ *   take; after another take that attempt is stale whatever the clock
+ *   says, so a dispatcher that wakes up late cannot finish a later lease.
+ * - An ordering key: a message is due only when no earlier message (a
+ *   smaller id, so enqueued earlier) of its tenant, topic and ordering key
+ *   is queued, leased or unknown.  That is asked of idem_outbox_order with
+ *   a dirty snapshot, so an earlier message still being enqueued, or being
+ *   leased by another take, holds the later one back too.
+ * - A leased message whose lease ran out is due again (not_before is the
+ *   lease's end); the take that finds it either leases it again with the
+ *   next attempt, or, for redeliver = false, turns it unknown, or, when
+ *   the run's attempts are used up, dead.  Readers (idem_message, the
+ *   stats view) show such a message as it will be, before a take writes
+ *   it.
+ *
+ * Committing a transaction that enqueued (or requeued) a message notifies
+ * channel idem_outbox with the topic; PostgreSQL sends one notification
+ * per channel and payload and transaction.
+ *
+ * Delivered and dead messages are deleted by the purge (outbox_purge_batch,
+ * through SQL, FOR UPDATE SKIP LOCKED like the records' purge).  On Citus
+ * the outbox is a table of the coordinator (idem_distribute() leaves it).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_collation.h"
+#include "commands/async.h"
+#include "commands/defrem.h"
+#include "commands/sequence.h"
+#include "common/pg_prng.h"
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/tuplestore.h"
+
+#include "idem.h"
+
+PG_FUNCTION_INFO_V1(idem_enqueue);
+PG_FUNCTION_INFO_V1(idem_enqueue_jsonb);
+PG_FUNCTION_INFO_V1(idem_take);
+PG_FUNCTION_INFO_V1(idem_delivered);
+PG_FUNCTION_INFO_V1(idem_retry);
+PG_FUNCTION_INFO_V1(idem_dead);
+PG_FUNCTION_INFO_V1(idem_requeue);
+PG_FUNCTION_INFO_V1(idem_message);
+
+/* The channel that committed enqueues notify, with the topic */
+#define OUTBOX_CHANNEL "idem_outbox"
+
+/* The most messages one take may lease */
+#define OUTBOX_MAX_TAKE 10000
+
+/* idem_outbox's columns, found by name when the table is looked up */
+typedef enum OutboxColumn
+{
+	O_ID,
+	O_TENANT,
+	O_TOPIC,
+	O_KEY,
+	O_STATE,
+	O_PAYLOAD,
+	O_HEADERS,
+	O_ORDERING_KEY,
+	O_REDELIVER,
+	O_MAX_ATTEMPTS,
+	O_ATTEMPT,
+	O_ATTEMPT_BASE,
+	O_NOT_BEFORE,
+	O_LEASE_EXPIRES_AT,
+	O_LAST_ERROR,
+	O_STATUS,
+	O_BODY,
+	O_CREATED_AT,
+	O_FINISHED_AT,
+	O_EXPIRES_AT,
+	NUM_OUTBOX_COLUMNS
+} OutboxColumn;
+
+static const char *const column_names[NUM_OUTBOX_COLUMNS] = {
+	[O_ID] = "id",
+	[O_TENANT] = "tenant",
+	[O_TOPIC] = "topic",
+	[O_KEY] = "key",
+	[O_STATE] = "state",
+	[O_PAYLOAD] = "payload",
+	[O_HEADERS] = "headers",
+	[O_ORDERING_KEY] = "ordering_key",
+	[O_REDELIVER] = "redeliver",
+	[O_MAX_ATTEMPTS] = "max_attempts",
+	[O_ATTEMPT] = "attempt",
+	[O_ATTEMPT_BASE] = "attempt_base",
+	[O_NOT_BEFORE] = "not_before",
+	[O_LEASE_EXPIRES_AT] = "lease_expires_at",
+	[O_LAST_ERROR] = "last_error",
+	[O_STATUS] = "status",
+	[O_BODY] = "body",
+	[O_CREATED_AT] = "created_at",
+	[O_FINISHED_AT] = "finished_at",
+	[O_EXPIRES_AT] = "expires_at"
+};
+
+/* A message's state, as stored in idem_outbox.state */
+typedef enum MessageState
+{
+	MSG_QUEUED,
+	MSG_LEASED,
+	MSG_DELIVERED,
+	MSG_DEAD,
+	MSG_UNKNOWN,
+	NUM_MESSAGE_STATES
+} MessageState;
+
+static const char *const state_names[NUM_MESSAGE_STATES] = {
+	[MSG_QUEUED] = "queued",
+	[MSG_LEASED] = "leased",
+	[MSG_DELIVERED] = "delivered",
+	[MSG_DEAD] = "dead",
+	[MSG_UNKNOWN] = "unknown"
+};
+
+/* The indexes of idem_outbox, by name */
+typedef enum OutboxIndex
+{
+	I_PKEY,
+	I_KEY,
+	I_DUE,
+	I_ORDER,
+	NUM_OUTBOX_INDEXES
+} OutboxIndex;
+
+static const char *const index_names[NUM_OUTBOX_INDEXES] = {
+	[I_PKEY] = "idem_outbox_pkey",
+	[I_KEY] = "idem_outbox_key",
+	[I_DUE] = "idem_outbox_due",
+	[I_ORDER] = "idem_outbox_order"
+};
+
+/* What this backend knows of the table, until a relcache invalidation */
+typedef struct OutboxTables
+{
+	bool		valid;
+	Oid			outbox;
+	Oid			seq;
+	Oid			owner;
+	Oid			index[NUM_OUTBOX_INDEXES];
+	AttrNumber	attnum[NUM_OUTBOX_COLUMNS];
+} OutboxTables;
+
+static OutboxTables tables;
+static bool callback_registered = false;
+
+/* One call's access to the table, from outbox_open() to outbox_close() */
+typedef struct Outbox
+{
+	Oid			caller_userid;
+	int			caller_sec_context;
+	MemoryContext caller;		/* values read are copied here */
+	Relation	rel;
+	Relation	index[NUM_OUTBOX_INDEXES];
+	TupleTableSlot *slot;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	List	   *arbiters;
+	TimestampTz now;
+} Outbox;
+
+/* A message as read from the table: what the decisions need */
+typedef struct Message
+{
+	ItemPointerData tid;
+	int64		id;
+	text	   *tenant;
+	text	   *topic;
+	MessageState state;
+	bool		redeliver;
+	int32		max_attempts;
+	int32		attempt;
+	int32		attempt_base;
+	TimestampTz not_before;
+	TimestampTz lease_expires_at;	/* DT_NOBEGIN when none */
+	TimestampTz created_at;
+	bool		has_ordering_key;
+} Message;
+
+static void
+outbox_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == tables.outbox)
+		tables.valid = false;
+}
+
+/*
+ * Find idem_outbox, its sequence, its indexes and its columns.  Like
+ * idem_record, the table must be a heap: the take reads heap tuples.
+ */
+static void
+look_up_tables(void)
+{
+	Oid			schema;
+	Relation	rel;
+	TupleDesc	desc;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(outbox_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	schema = idem_extension_schema();
+	tables.outbox = OidIsValid(schema) ?
+		get_relname_relid("idem_outbox", schema) : InvalidOid;
+	if (!OidIsValid(tables.outbox))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"idem_outbox\" of extension \"idem\" does not exist in this database"),
+				 errhint("The outbox comes with idem 0.3.0: run ALTER EXTENSION idem UPDATE.")));
+	tables.seq = get_relname_relid("idem_outbox_id_seq", schema);
+	if (!OidIsValid(tables.seq))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("sequence \"idem_outbox_id_seq\" of extension \"idem\" does not exist in this database")));
+	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
+	{
+		Oid			index = get_relname_relid(index_names[i], schema);
+
+		if (!OidIsValid(index) || IndexGetRelation(index, true) != tables.outbox)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("index \"%s\" of extension \"idem\" does not exist in this database",
+							index_names[i])));
+		tables.index[i] = index;
+	}
+
+	rel = table_open(tables.outbox, AccessShareLock);
+	if (rel->rd_rel->relam != HEAP_TABLE_AM_OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("table \"idem_outbox\" must use the heap access method"),
+				 errdetail("It uses access method \"%s\".",
+						   get_am_name(rel->rd_rel->relam))));
+	tables.owner = rel->rd_rel->relowner;
+	desc = RelationGetDescr(rel);
+	for (int c = 0; c < NUM_OUTBOX_COLUMNS; c++)
+	{
+		tables.attnum[c] = InvalidAttrNumber;
+		for (int i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+
+			if (!att->attisdropped &&
+				strcmp(NameStr(att->attname), column_names[c]) == 0)
+				tables.attnum[c] = att->attnum;
+		}
+		if (tables.attnum[c] == InvalidAttrNumber)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_COLUMN),
+					 errmsg("column \"%s\" of table \"idem_outbox\" does not exist",
+							column_names[c])));
+	}
+	table_close(rel, AccessShareLock);
+	tables.valid = true;
+}
+
+/* idem_outbox's OID, for subscription.c */
+Oid
+outbox_relation(void)
+{
+	if (!tables.valid)
+		look_up_tables();
+	return tables.outbox;
+}
+
+/*
+ * Open the table for one call, as its owner (the API functions run as
+ * their caller, so that the tenant binding sees who calls; direct access
+ * checks no privileges, and an error in between restores the caller's
+ * user with the transaction's abort).  A write takes RowExclusiveLock and
+ * sets up what maintaining the indexes needs; the clock is read after the
+ * locks, so that a call dates what it writes after any wait for them.
+ */
+static void
+outbox_open(Outbox *ob, bool write)
+{
+	memset(ob, 0, sizeof(*ob));
+	if (!tables.valid)
+		look_up_tables();
+	ob->caller = CurrentMemoryContext;
+	GetUserIdAndSecContext(&ob->caller_userid, &ob->caller_sec_context);
+	SetUserIdAndSecContext(tables.owner,
+						   ob->caller_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	ob->rel = table_open(tables.outbox,
+						 write ? RowExclusiveLock : AccessShareLock);
+	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
+		ob->index[i] = index_open(tables.index[i], AccessShareLock);
+	ob->slot = table_slot_create(ob->rel, NULL);
+	if (write)
+	{
+		ob->estate = CreateExecutorState();
+		ob->rri = makeNode(ResultRelInfo);
+		InitResultRelInfo(ob->rri, ob->rel, 0, NULL, 0);
+		ExecOpenIndices(ob->rri, true);
+		ob->arbiters = list_make1_oid(tables.index[I_KEY]);
+	}
+	ob->now = GetCurrentTimestamp();
+}
+
+static void
+outbox_close(Outbox *ob)
+{
+	if (ob->estate != NULL)
+	{
+		ExecCloseIndices(ob->rri);
+		FreeExecutorState(ob->estate);
+	}
+	ExecDropSingleTupleTableSlot(ob->slot);
+	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
+		index_close(ob->index[i], NoLock);
+	table_close(ob->rel, NoLock);
+	SetUserIdAndSecContext(ob->caller_userid, ob->caller_sec_context);
+}
+
+/* Decisions are made on the primary, and not on a subscriber of the table */
+static void
+require_outbox_primary(const char *function)
+{
+	require_primary_for(function, outbox_relation(), "idem_outbox");
+}
+
+#define COLUMN(ob, c, isnull) slot_getattr((ob)->slot, tables.attnum[c], (isnull))
+
+static MessageState
+state_of(const char *name)
+{
+	for (int s = 0; s < NUM_MESSAGE_STATES; s++)
+		if (strcmp(name, state_names[s]) == 0)
+			return (MessageState) s;
+	elog(ERROR, "idem_outbox has an unknown state \"%s\"", name);
+	pg_unreachable();
+}
+
+/* Read the message in the slot; text values are copied to the caller */
+static void
+deform_message(Outbox *ob, Message *m)
+{
+	bool		isnull;
+	Datum		d;
+	MemoryContext old;
+
+	m->tid = ob->slot->tts_tid;
+	m->id = DatumGetInt64(COLUMN(ob, O_ID, &isnull));
+	m->state = state_of(TextDatumGetCString(COLUMN(ob, O_STATE, &isnull)));
+	m->redeliver = DatumGetBool(COLUMN(ob, O_REDELIVER, &isnull));
+	m->max_attempts = DatumGetInt32(COLUMN(ob, O_MAX_ATTEMPTS, &isnull));
+	m->attempt = DatumGetInt32(COLUMN(ob, O_ATTEMPT, &isnull));
+	m->attempt_base = DatumGetInt32(COLUMN(ob, O_ATTEMPT_BASE, &isnull));
+	m->not_before = DatumGetTimestampTz(COLUMN(ob, O_NOT_BEFORE, &isnull));
+	d = COLUMN(ob, O_LEASE_EXPIRES_AT, &isnull);
+	m->lease_expires_at = isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
+	m->created_at = DatumGetTimestampTz(COLUMN(ob, O_CREATED_AT, &isnull));
+	(void) COLUMN(ob, O_ORDERING_KEY, &isnull);
+	m->has_ordering_key = !isnull;
+	old = MemoryContextSwitchTo(ob->caller);
+	m->tenant = DatumGetTextPCopy(COLUMN(ob, O_TENANT, &isnull));
+	m->topic = DatumGetTextPCopy(COLUMN(ob, O_TOPIC, &isnull));
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * The state a reader is shown: a lease that ran out is, for a message
+ * that may be redelivered, queued (due again), else unknown.
+ */
+static MessageState
+shown_state(const Message *m, TimestampTz now)
+{
+	if (m->state == MSG_LEASED && m->lease_expires_at <= now)
+		return m->redeliver ? MSG_QUEUED : MSG_UNKNOWN;
+	return m->state;
+}
+
+/* Equality of a text column, in "C" */
+static void
+text_key(ScanKey skey, AttrNumber attno, const text *value)
+{
+	ScanKeyEntryInitialize(skey, 0, attno, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(value));
+}
+
+/* The row in the slot, to be changed and written back */
+static void
+slot_row(Outbox *ob, Datum **values, bool **nulls)
+{
+	int			natts = ob->slot->tts_tupleDescriptor->natts;
+
+	slot_getallattrs(ob->slot);
+	*values = palloc(natts * sizeof(Datum));
+	*nulls = palloc(natts * sizeof(bool));
+	memcpy(*values, ob->slot->tts_values, natts * sizeof(Datum));
+	memcpy(*nulls, ob->slot->tts_isnull, natts * sizeof(bool));
+}
+
+static inline void
+set_column(Datum *values, bool *nulls, OutboxColumn c, Datum value,
+		   bool isnull)
+{
+	values[tables.attnum[c] - 1] = value;
+	nulls[tables.attnum[c] - 1] = isnull;
+}
+
+/* Put a row into the slot and apply the table's constraints to it */
+static void
+store_row(Outbox *ob, Datum *values, bool *nulls)
+{
+	int			natts = ob->slot->tts_tupleDescriptor->natts;
+
+	ExecClearTuple(ob->slot);
+	memcpy(ob->slot->tts_values, values, natts * sizeof(Datum));
+	memcpy(ob->slot->tts_isnull, nulls, natts * sizeof(bool));
+	ExecStoreVirtualTuple(ob->slot);
+	ExecConstraints(ob->rri, ob->slot, ob->estate);
+}
+
+/*
+ * Replace the version at tid (locked by this transaction) with values,
+ * with index entries when it is not a HOT update
+ */
+static void
+update_row(Outbox *ob, ItemPointer tid, Datum *values, bool *nulls)
+{
+	bool		only_summarizing;
+
+	store_row(ob, values, nulls);
+	if (idem_simple_update(ob->rel, tid, ob->slot, GetActiveSnapshot(),
+						   &only_summarizing))
+		idem_insert_index_tuples(ob->rri, ob->estate, ob->slot, false,
+								 only_summarizing, NULL, NIL);
+	CommandCounterIncrement();
+	ResetPerTupleExprContext(ob->estate);
+}
+
+/*
+ * The key's message as another transaction leaves it: after waiting for a
+ * transaction that is inserting or deleting it, false if there is none,
+ * else true with it in the slot.  A version that another transaction is
+ * updating is no reason to wait: its id, key and payload stay.
+ */
+static bool
+probe_key(Outbox *ob, const IdemKey *key)
+{
+	ScanKeyData skeys[3];
+	SnapshotData dirty;
+
+	text_key(&skeys[0], 1, key->tenant);
+	text_key(&skeys[1], 2, key->endpoint);
+	text_key(&skeys[2], 3, key->key);
+	InitDirtySnapshot(dirty);
+	for (;;)
+	{
+		IndexScanDesc scan;
+		HeapTuple	tuple;
+		ItemPointerData tid;
+		bool		inserting;
+		bool		deleting;
+
+		scan = idem_index_beginscan(ob->rel, ob->index[I_KEY], &dirty, 3);
+		index_rescan(scan, skeys, 3, NULL, 0);
+		if (!index_getnext_slot(scan, ForwardScanDirection, ob->slot))
+		{
+			index_endscan(scan);
+			return false;
+		}
+		index_endscan(scan);
+		tuple = ExecFetchSlotHeapTuple(ob->slot, false, NULL);
+		tid = ob->slot->tts_tid;
+		inserting = TransactionIdIsValid(dirty.xmin) &&
+			!(tuple->t_data->t_infomask & HEAP_UPDATED);
+		deleting = TransactionIdIsValid(dirty.xmax) &&
+			ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid);
+		if (!inserting && !deleting)
+			return true;
+		if (inserting && dirty.speculativeToken != 0)
+			SpeculativeInsertionWait(dirty.xmin, dirty.speculativeToken);
+		else
+			XactLockTableWait(inserting ? dirty.xmin : dirty.xmax, ob->rel,
+							  &tid, XLTW_InsertIndex);
+	}
+}
+
+/* The outcome of an enqueue, and the message it names */
+typedef struct Enqueued
+{
+	const char *outcome;
+	int64		id;
+	MessageState state;
+	TimestampTz created_at;
+} Enqueued;
+
+/* What an enqueue asks for */
+typedef struct NewMessage
+{
+	IdemKey		key;			/* endpoint is the topic */
+	bytea	   *payload;
+	Jsonb	   *headers;
+	TimestampTz not_before;
+	text	   *ordering_key;
+	int32		max_attempts;
+	bool		redeliver;
+} NewMessage;
+
+/*
+ * Insert the message unless its key exists.  The speculative insertion
+ * comes first: most keys are new, and a duplicate costs a killed tuple.
+ */
+static void
+enqueue(Outbox *ob, const NewMessage *nm, Enqueued *out)
+{
+	int			natts = RelationGetDescr(ob->rel)->natts;
+	Datum	   *values = palloc0(natts * sizeof(Datum));
+	bool	   *nulls = palloc(natts * sizeof(bool));
+	TimestampTz not_before = nm->not_before == DT_NOBEGIN ? ob->now : nm->not_before;
+
+	memset(nulls, true, natts * sizeof(bool));
+	set_column(values, nulls, O_TENANT, PointerGetDatum(nm->key.tenant), false);
+	set_column(values, nulls, O_TOPIC, PointerGetDatum(nm->key.endpoint), false);
+	set_column(values, nulls, O_KEY, PointerGetDatum(nm->key.key), false);
+	set_column(values, nulls, O_STATE,
+			   CStringGetTextDatum(state_names[MSG_QUEUED]), false);
+	set_column(values, nulls, O_PAYLOAD, PointerGetDatum(nm->payload), false);
+	if (nm->headers != NULL)
+		set_column(values, nulls, O_HEADERS, PointerGetDatum(nm->headers),
+				   false);
+	if (nm->ordering_key != NULL)
+		set_column(values, nulls, O_ORDERING_KEY,
+				   PointerGetDatum(nm->ordering_key), false);
+	set_column(values, nulls, O_REDELIVER, BoolGetDatum(nm->redeliver), false);
+	set_column(values, nulls, O_MAX_ATTEMPTS, Int32GetDatum(nm->max_attempts),
+			   false);
+	set_column(values, nulls, O_ATTEMPT, Int32GetDatum(0), false);
+	set_column(values, nulls, O_ATTEMPT_BASE, Int32GetDatum(0), false);
+	set_column(values, nulls, O_NOT_BEFORE, TimestampTzGetDatum(not_before),
+			   false);
+	set_column(values, nulls, O_CREATED_AT, TimestampTzGetDatum(ob->now),
+			   false);
+
+	for (;;)
+	{
+		int64		id = nextval_internal(tables.seq, false);
+		uint32		token;
+		bool		conflict = false;
+		bool		isnull;
+		bytea	   *stored;
+
+		set_column(values, nulls, O_ID, Int64GetDatum(id), false);
+		store_row(ob, values, nulls);
+		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+		table_tuple_insert_speculative(ob->rel, ob->slot,
+									   GetCurrentCommandId(true), 0, NULL,
+									   token);
+		idem_insert_index_tuples(ob->rri, ob->estate, ob->slot, true, false,
+								 &conflict, ob->arbiters);
+		table_tuple_complete_speculative(ob->rel, ob->slot, token, !conflict);
+		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+		ResetPerTupleExprContext(ob->estate);
+		if (!conflict)
+		{
+			CommandCounterIncrement();
+			out->outcome = "enqueued";
+			out->id = id;
+			out->state = MSG_QUEUED;
+			out->created_at = ob->now;
+			Async_Notify(OUTBOX_CHANNEL, text_to_cstring(nm->key.endpoint));
+			return;
+		}
+		if (!probe_key(ob, &nm->key))
+			continue;
+
+		stored = DatumGetByteaPP(COLUMN(ob, O_PAYLOAD, &isnull));
+		out->outcome =
+			VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(nm->payload) &&
+			memcmp(VARDATA_ANY(stored), VARDATA_ANY(nm->payload),
+				   VARSIZE_ANY_EXHDR(stored)) == 0 ? "duplicate" : "mismatch";
+		{
+			Message		m;
+
+			deform_message(ob, &m);
+			out->id = m.id;
+			out->state = shown_state(&m, ob->now);
+			out->created_at = m.created_at;
+		}
+		return;
+	}
+}
+
+/*
+ * Whether an earlier message of m's ordering key (same tenant and topic,
+ * smaller id) is queued, leased or unknown, or is being written by another
+ * transaction: then m is not due.  The slot is reused.
+ */
+static bool
+held_back(Outbox *ob, const Message *m)
+{
+	ScanKeyData skeys[4];
+	SnapshotData dirty;
+	IndexScanDesc scan;
+	bool		isnull;
+	Datum		ordering_key;
+	bool		found;
+
+	ordering_key = datumCopy(COLUMN(ob, O_ORDERING_KEY, &isnull), false, -1);
+	text_key(&skeys[0], 1, m->tenant);
+	text_key(&skeys[1], 2, m->topic);
+	text_key(&skeys[2], 3, (text *) DatumGetPointer(ordering_key));
+	ScanKeyEntryInitialize(&skeys[3], 0, 4, BTLessStrategyNumber, InvalidOid,
+						   InvalidOid, F_INT8LT, Int64GetDatum(m->id));
+	InitDirtySnapshot(dirty);
+	scan = idem_index_beginscan(ob->rel, ob->index[I_ORDER], &dirty, 4);
+	index_rescan(scan, skeys, 4, NULL, 0);
+	found = false;
+	while (!found && index_getnext_slot(scan, ForwardScanDirection, ob->slot))
+	{
+		MessageState s = state_of(TextDatumGetCString(COLUMN(ob, O_STATE, &isnull)));
+
+		found = s == MSG_QUEUED || s == MSG_LEASED || s == MSG_UNKNOWN ||
+			TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax);
+	}
+	index_endscan(scan);
+	return found;
+}
+
+/* A take's lease, capped by idem.max_lease */
+static TimestampTz
+lease_end(TimestampTz now, Interval *lease)
+{
+	TimestampTz end;
+
+	if (lease != NULL)
+		end = protocol_time_plus(now, lease, "lease");
+	else
+		end = now + (TimestampTz) idem_lease * 1000;
+	if (end <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be positive"),
+				 errdetail("The lease given was %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   PointerGetDatum(lease))))));
+	protocol_check_cap("take", "lease", now, end,
+					   (int64) idem_max_lease * 1000, lease, "idem.lease",
+					   "idem.max_lease");
+	return end;
+}
+
+/* When a finished message is purged */
+static TimestampTz
+expiry(TimestampTz now)
+{
+	return now + (TimestampTz) idem_outbox_retention * USECS_PER_SEC;
+}
+
+/* Write m, locked, as finished in state s (delivered or dead) */
+static void
+finish_row(Outbox *ob, const Message *m, MessageState s, const char *error,
+		   bool has_status, int32 status, bytea *body)
+{
+	Datum	   *values;
+	bool	   *nulls;
+
+	slot_row(ob, &values, &nulls);
+	set_column(values, nulls, O_STATE, CStringGetTextDatum(state_names[s]),
+			   false);
+	if (error != NULL)
+		set_column(values, nulls, O_LAST_ERROR, CStringGetTextDatum(error),
+				   false);
+	if (has_status)
+		set_column(values, nulls, O_STATUS, Int32GetDatum(status), false);
+	if (body != NULL)
+		set_column(values, nulls, O_BODY, PointerGetDatum(body), false);
+	set_column(values, nulls, O_FINISHED_AT, TimestampTzGetDatum(ob->now),
+			   false);
+	set_column(values, nulls, O_EXPIRES_AT,
+			   TimestampTzGetDatum(expiry(ob->now)), false);
+	update_row(ob, (ItemPointer) &m->tid, values, nulls);
+}
+
+/*
+ * Lease up to max due messages of topic (of tenant only, if not NULL) and
+ * put them into the tuplestore.  See the file's header for why two takes
+ * never lease one message.
+ */
+static void
+take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
+	 text *tenant, Tuplestorestate *store, TupleDesc desc)
+{
+	ScanKeyData skeys[2];
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	IndexScanDesc scan;
+	TupleTableSlot *candidate = table_slot_create(ob->rel, NULL);
+	int32		taken = 0;
+
+	text_key(&skeys[0], 1, topic);
+	ScanKeyEntryInitialize(&skeys[1], 0, 2, BTLessEqualStrategyNumber,
+						   InvalidOid, InvalidOid, F_TIMESTAMPTZ_LE,
+						   TimestampTzGetDatum(ob->now));
+	scan = idem_index_beginscan(ob->rel, ob->index[I_DUE], snapshot, 2);
+	index_rescan(scan, skeys, 2, NULL, 0);
+	while (taken < max &&
+		   index_getnext_slot(scan, ForwardScanDirection, candidate))
+	{
+		TM_FailureData tmfd;
+		TM_Result	result;
+		ItemPointerData tid = candidate->tts_tid;
+		Message		m;
+		Datum	   *values;
+		bool	   *nulls;
+		Datum		row[8];
+		bool		rownulls[8] = {false};
+		bool		isnull;
+
+		CHECK_FOR_INTERRUPTS();
+		if (tenant != NULL)
+		{
+			text	   *t = DatumGetTextPP(slot_getattr(candidate,
+														tables.attnum[O_TENANT],
+														&isnull));
+
+			if (VARSIZE_ANY_EXHDR(t) != VARSIZE_ANY_EXHDR(tenant) ||
+				memcmp(VARDATA_ANY(t), VARDATA_ANY(tenant),
+					   VARSIZE_ANY_EXHDR(t)) != 0)
+				continue;
+		}
+		result = table_tuple_lock(ob->rel, &tid, snapshot, ob->slot,
+								  GetCurrentCommandId(false),
+								  LockTupleNoKeyExclusive, LockWaitSkip, 0,
+								  &tmfd);
+		if (result != TM_Ok)
+			continue;			/* held or changed by another transaction */
+		deform_message(ob, &m);
+		if ((m.state != MSG_QUEUED && m.state != MSG_LEASED) ||
+			m.not_before > ob->now)
+			continue;
+		if (m.state == MSG_LEASED)
+		{
+			/* its lease ran out */
+			if (!m.redeliver)
+			{
+				slot_row(ob, &values, &nulls);
+				set_column(values, nulls, O_STATE,
+						   CStringGetTextDatum(state_names[MSG_UNKNOWN]), false);
+				update_row(ob, &m.tid, values, nulls);
+				continue;
+			}
+			if (m.attempt - m.attempt_base >= m.max_attempts)
+			{
+				finish_row(ob, &m, MSG_DEAD, "the last attempt's lease ran out",
+						   false, 0, NULL);
+				continue;
+			}
+		}
+		if (m.has_ordering_key)
+		{
+			bool		held;
+
+			/* held_back reuses the slot: read the row again afterwards */
+			held = held_back(ob, &m);
+			if (held)
+				continue;
+			if (!table_tuple_fetch_row_version(ob->rel, &m.tid, SnapshotAny,
+											   ob->slot))
+				elog(ERROR, "could not read back a locked message");
+		}
+
+		slot_row(ob, &values, &nulls);
+		set_column(values, nulls, O_STATE,
+				   CStringGetTextDatum(state_names[MSG_LEASED]), false);
+		set_column(values, nulls, O_ATTEMPT, Int32GetDatum(m.attempt + 1),
+				   false);
+		set_column(values, nulls, O_LEASE_EXPIRES_AT,
+				   TimestampTzGetDatum(lease_expires_at), false);
+		set_column(values, nulls, O_NOT_BEFORE,
+				   TimestampTzGetDatum(lease_expires_at), false);
+		row[0] = Int64GetDatum(m.id);
+		row[1] = PointerGetDatum(m.tenant);
+		row[2] = PointerGetDatum(m.topic);
+		row[3] = values[tables.attnum[O_KEY] - 1];
+		row[4] = values[tables.attnum[O_PAYLOAD] - 1];
+		row[5] = values[tables.attnum[O_HEADERS] - 1];
+		rownulls[5] = nulls[tables.attnum[O_HEADERS] - 1];
+		row[6] = Int32GetDatum(m.attempt + 1);
+		row[7] = TimestampTzGetDatum(lease_expires_at);
+		/* the tuplestore copies the row before the update reuses the slot */
+		tuplestore_putvalues(store, desc, row, rownulls);
+		update_row(ob, &m.tid, values, nulls);
+		taken++;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(candidate);
+	UnregisterSnapshot(snapshot);
+}
+
+/*
+ * Find message id and lock its newest version, waiting for a transaction
+ * that holds it (finishing a message is an update, and waits as one);
+ * false if there is no such message.  The binding is checked before
+ * anything else is said about the message.
+ */
+static bool
+lock_by_id(Outbox *ob, int64 id, Message *m)
+{
+	ScanKeyData skey;
+
+	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   InvalidOid, F_INT8EQ, Int64GetDatum(id));
+	for (;;)
+	{
+		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+		IndexScanDesc scan;
+		TM_FailureData tmfd;
+		TM_Result	result;
+		ItemPointerData tid;
+		bool		found;
+
+		scan = idem_index_beginscan(ob->rel, ob->index[I_PKEY], snapshot, 1);
+		index_rescan(scan, &skey, 1, NULL, 0);
+		found = index_getnext_slot(scan, ForwardScanDirection, ob->slot);
+		index_endscan(scan);
+		if (!found)
+		{
+			UnregisterSnapshot(snapshot);
+			return false;
+		}
+		tid = ob->slot->tts_tid;
+		result = table_tuple_lock(ob->rel, &tid, snapshot, ob->slot,
+								  GetCurrentCommandId(false),
+								  LockTupleNoKeyExclusive, LockWaitBlock,
+								  TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		UnregisterSnapshot(snapshot);
+		if (result == TM_Deleted)
+			continue;			/* purged meanwhile: look again */
+		if (result == TM_SelfModified || result == TM_Invisible)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("outbox message %lld was already changed by this command",
+							(long long) id)));
+		if (result != TM_Ok)
+			elog(ERROR, "unexpected table_tuple_lock status: %u", result);
+		deform_message(ob, m);
+		tenant_check(m->tenant);
+		/* the wait may have been long: date what is written after it */
+		ob->now = GetCurrentTimestamp();
+		return true;
+	}
+}
+
+pg_noreturn static void report_stale(const char *function, const Message *m,
+									 int32 attempt);
+
+/* The one place that refuses an answer for an attempt that is not live */
+static void
+report_stale(const char *function, const Message *m, int32 attempt)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("%s: attempt %d of outbox message %lld is not its live lease",
+					function, attempt, (long long) m->id),
+			 errdetail("The message is %s at attempt %d.",
+					   state_names[m->state], m->attempt)));
+}
+
+pg_noreturn static void report_no_message(const char *function, int64 id);
+
+static void
+report_no_message(const char *function, int64 id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("%s: outbox message %lld does not exist", function,
+					(long long) id)));
+}
+
+/*
+ * The backoff before the next attempt of a message whose n-th attempt of
+ * its run failed: idem.outbox_backoff doubled for each earlier failure, at
+ * most idem.outbox_backoff_max, and then between half of that and all of
+ * it ("equal jitter"), so that messages that failed together are not all
+ * due again at once.
+ */
+static TimestampTz
+backoff_until(TimestampTz now, int32 n)
+{
+	double		ms = (double) idem_outbox_backoff;
+
+	for (int32 i = 1; i < n && ms < (double) idem_outbox_backoff_max; i++)
+		ms *= 2;
+	ms = Min(ms, (double) idem_outbox_backoff_max);
+	ms = ms / 2 + pg_prng_double(&pg_global_prng_state) * ms / 2;
+	return now + (TimestampTz) (ms * 1000);
+}
+
+/* What finishing a lease does */
+typedef enum FinishHow
+{
+	FINISH_DELIVERED,
+	FINISH_RETRY,
+	FINISH_DEAD
+} FinishHow;
+
+/*
+ * Finish attempt of message id; the state it is left in.  delivered
+ * accepts the newest take of a leased message, or of an unknown one (an
+ * operator who checked the receiver); retry and dead only that of a
+ * leased one.
+ */
+static MessageState
+finish(const char *function, int64 id, int32 attempt, FinishHow how,
+	   const char *error, bool has_status, int32 status, bytea *body,
+	   Interval *after)
+{
+	Outbox		ob;
+	Message		m;
+	MessageState result;
+	Datum	   *values;
+	bool	   *nulls;
+
+	require_outbox_primary(function);
+	outbox_open(&ob, true);
+	if (!lock_by_id(&ob, id, &m))
+		report_no_message(function, id);
+	if (m.attempt != attempt || m.attempt == 0 ||
+		!(m.state == MSG_LEASED ||
+		  (how == FINISH_DELIVERED && m.state == MSG_UNKNOWN)))
+		report_stale(function, &m, attempt);
+
+	switch (how)
+	{
+		case FINISH_DELIVERED:
+			finish_row(&ob, &m, MSG_DELIVERED, NULL, has_status, status, body);
+			result = MSG_DELIVERED;
+			break;
+		case FINISH_DEAD:
+			finish_row(&ob, &m, MSG_DEAD, error, false, 0, NULL);
+			result = MSG_DEAD;
+			break;
+		case FINISH_RETRY:
+			if (m.attempt - m.attempt_base >= m.max_attempts)
+			{
+				finish_row(&ob, &m, MSG_DEAD, error, false, 0, NULL);
+				result = MSG_DEAD;
+				break;
+			}
+			slot_row(&ob, &values, &nulls);
+			set_column(values, nulls, O_STATE,
+					   CStringGetTextDatum(state_names[MSG_QUEUED]), false);
+			set_column(values, nulls, O_LAST_ERROR,
+					   error ? CStringGetTextDatum(error) : (Datum) 0,
+					   error == NULL);
+			set_column(values, nulls, O_NOT_BEFORE,
+					   TimestampTzGetDatum(after != NULL ?
+										   protocol_time_plus(ob.now, after, "after") :
+										   backoff_until(ob.now, m.attempt - m.attempt_base)),
+					   false);
+			update_row(&ob, &m.tid, values, nulls);
+			result = MSG_QUEUED;
+			break;
+	}
+	outbox_close(&ob);
+	return result;
+}
+
+/* ---- The SQL-callable functions ---- */
+
+static int64
+id_from_arg(FunctionCallInfo fcinfo, int argno)
+{
+	require_not_null(fcinfo, argno, "id");
+	return PG_GETARG_INT64(argno);
+}
+
+static int32
+lease_attempt_from_arg(FunctionCallInfo fcinfo, int argno)
+{
+	require_not_null(fcinfo, argno, "attempt");
+	return check_attempt(PG_GETARG_INT32(argno));
+}
+
+static char *
+error_from_arg(FunctionCallInfo fcinfo, int argno)
+{
+	return PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+/*
+ * idem_enqueue(tenant, topic, key, payload, headers, not_before,
+ * ordering_key, max_attempts, redeliver): in the caller's transaction
+ */
+static Datum
+enqueue_call(FunctionCallInfo fcinfo, bool jsonb)
+{
+	NewMessage	nm;
+	Enqueued	out;
+	Outbox		ob;
+	TupleDesc	desc;
+	Datum		values[4];
+	bool		nulls[4] = {false};
+
+	nm.key.tenant = key_part_from_arg(fcinfo, 0, "tenant");
+	nm.key.endpoint = key_part_from_arg(fcinfo, 1, "topic");
+	nm.key.key = key_part_from_arg(fcinfo, 2, "key");
+	require_not_null(fcinfo, 3, "payload");
+	nm.payload = jsonb ? jsonb_body(PG_GETARG_DATUM(3)) : PG_GETARG_BYTEA_PP(3);
+	check_body_size("payload", nm.payload);
+	nm.headers = PG_ARGISNULL(4) ? NULL : check_headers(PG_GETARG_JSONB_P(4));
+	nm.not_before = PG_ARGISNULL(5) ? DT_NOBEGIN : PG_GETARG_TIMESTAMPTZ(5);
+	if (!PG_ARGISNULL(5) && TIMESTAMP_NOT_FINITE(nm.not_before))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("not_before must be a finite time")));
+	nm.ordering_key = PG_ARGISNULL(6) ? NULL :
+		check_key_part(PG_GETARG_TEXT_PP(6), "ordering_key");
+	nm.max_attempts = PG_ARGISNULL(7) ? idem_outbox_max_attempts : PG_GETARG_INT32(7);
+	if (nm.max_attempts < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_attempts must be at least 1"),
+				 errdetail("The max_attempts given was %d.", nm.max_attempts)));
+	nm.redeliver = bool_from_arg(fcinfo, 8, "redeliver");
+	tenant_check(nm.key.tenant);
+	require_outbox_primary("idem_enqueue()");
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE ||
+		desc->natts != 4)
+		elog(ERROR, "incorrect number of output arguments");
+	protocol_check_cap("enqueue", "retention", 0,
+					   (TimestampTz) idem_outbox_retention * USECS_PER_SEC,
+					   (int64) idem_max_retention * USECS_PER_SEC, NULL,
+					   "idem.outbox_retention", "idem.max_retention");
+
+	outbox_open(&ob, true);
+	enqueue(&ob, &nm, &out);
+	outbox_close(&ob);
+
+	values[0] = CStringGetTextDatum(out.outcome);
+	values[1] = Int64GetDatum(out.id);
+	values[2] = CStringGetTextDatum(state_names[out.state]);
+	values[3] = TimestampTzGetDatum(out.created_at);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
+													  values, nulls)));
+}
+
+Datum
+idem_enqueue(PG_FUNCTION_ARGS)
+{
+	return enqueue_call(fcinfo, false);
+}
+
+Datum
+idem_enqueue_jsonb(PG_FUNCTION_ARGS)
+{
+	return enqueue_call(fcinfo, true);
+}
+
+/*
+ * idem_take(topic, max_messages, lease, tenant).  A role that a binding
+ * holds takes its own tenant's messages only: tenant => NULL means its
+ * tenant, another tenant is refused.
+ */
+Datum
+idem_take(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *topic = key_part_from_arg(fcinfo, 0, "topic");
+	int32		max;
+	Interval   *lease = PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
+	text	   *tenant;
+	Outbox		ob;
+	TimestampTz lease_expires_at;
+
+	require_not_null(fcinfo, 1, "max_messages");
+	max = PG_GETARG_INT32(1);
+	if (max < 1 || max > OUTBOX_MAX_TAKE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_messages %d is out of range", max),
+				 errdetail("max_messages must be between 1 and %d.",
+						   OUTBOX_MAX_TAKE)));
+	if (!PG_ARGISNULL(3))
+	{
+		tenant = check_key_part(PG_GETARG_TEXT_PP(3), "tenant");
+		tenant_check(tenant);
+	}
+	else
+		tenant = tenant_bound();
+	require_outbox_primary("idem_take()");
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != 8)
+		elog(ERROR, "incorrect number of output arguments");
+	outbox_open(&ob, true);
+	lease_expires_at = lease_end(ob.now, lease);
+	take(&ob, topic, max, lease_expires_at, tenant, rsinfo->setResult,
+		 rsinfo->setDesc);
+	outbox_close(&ob);
+	return (Datum) 0;
+}
+
+/* idem_delivered(id, attempt, status, body) */
+Datum
+idem_delivered(PG_FUNCTION_ARGS)
+{
+	int64		id = id_from_arg(fcinfo, 0);
+	int32		attempt = lease_attempt_from_arg(fcinfo, 1);
+	bool		has_status = !PG_ARGISNULL(2);
+	int32		status = has_status ? check_status(PG_GETARG_INT32(2)) : 0;
+	bytea	   *body = PG_ARGISNULL(3) ? NULL : PG_GETARG_BYTEA_PP(3);
+
+	if (body != NULL)
+		check_body_size("body", body);
+	(void) finish("idem_delivered()", id, attempt, FINISH_DELIVERED, NULL,
+				  has_status, status, body, NULL);
+	PG_RETURN_VOID();
+}
+
+/* idem_retry(id, attempt, error, after): the state it left */
+Datum
+idem_retry(PG_FUNCTION_ARGS)
+{
+	int64		id = id_from_arg(fcinfo, 0);
+	int32		attempt = lease_attempt_from_arg(fcinfo, 1);
+	char	   *error = error_from_arg(fcinfo, 2);
+	Interval   *after = PG_ARGISNULL(3) ? NULL : PG_GETARG_INTERVAL_P(3);
+
+	if (after != NULL &&
+		(!idem_interval_is_finite(after) ||
+		 protocol_time_plus(0, after, "after") < 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("after %s is not a delay",
+						DatumGetCString(DirectFunctionCall1(interval_out,
+															PointerGetDatum(after)))),
+				 errdetail("A retry's after must be finite and not negative.")));
+	PG_RETURN_TEXT_P(cstring_to_text(state_names[finish("idem_retry()", id,
+														attempt, FINISH_RETRY,
+														error, false, 0,
+														NULL, after)]));
+}
+
+/* idem_dead(id, attempt, error) */
+Datum
+idem_dead(PG_FUNCTION_ARGS)
+{
+	int64		id = id_from_arg(fcinfo, 0);
+	int32		attempt = lease_attempt_from_arg(fcinfo, 1);
+
+	(void) finish("idem_dead()", id, attempt, FINISH_DEAD,
+				  error_from_arg(fcinfo, 2), false, 0, NULL, NULL);
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_requeue(id): a dead or unknown message is queued again, due now,
+ * with a new run of max_attempts attempts; the attempts go on counting up,
+ * so no earlier token becomes valid again
+ */
+Datum
+idem_requeue(PG_FUNCTION_ARGS)
+{
+	int64		id = id_from_arg(fcinfo, 0);
+	Outbox		ob;
+	Message		m;
+	Datum	   *values;
+	bool	   *nulls;
+	MessageState s;
+
+	require_outbox_primary("idem_requeue()");
+	outbox_open(&ob, true);
+	if (!lock_by_id(&ob, id, &m))
+		report_no_message("idem_requeue()", id);
+	s = shown_state(&m, ob.now);
+	if (s != MSG_DEAD && s != MSG_UNKNOWN)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem_requeue(): outbox message %lld is %s", (long long) id,
+						state_names[s]),
+				 errdetail("Only a dead or unknown message can be queued again.")));
+	slot_row(&ob, &values, &nulls);
+	set_column(values, nulls, O_STATE,
+			   CStringGetTextDatum(state_names[MSG_QUEUED]), false);
+	set_column(values, nulls, O_ATTEMPT_BASE, Int32GetDatum(m.attempt), false);
+	set_column(values, nulls, O_NOT_BEFORE, TimestampTzGetDatum(ob.now), false);
+	set_column(values, nulls, O_FINISHED_AT, (Datum) 0, true);
+	set_column(values, nulls, O_EXPIRES_AT, (Datum) 0, true);
+	update_row(&ob, &m.tid, values, nulls);
+	Async_Notify(OUTBOX_CHANNEL, text_to_cstring(m.topic));
+	outbox_close(&ob);
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_message(tenant, topic, key): the poll, as the caller's snapshot
+ * shows the message; read-only, so it answers on a standby too
+ */
+Datum
+idem_message(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	IdemKey		key;
+	ScanKeyData skeys[3];
+	IndexScanDesc scan;
+	Outbox		ob;
+
+	key.tenant = key_part_from_arg(fcinfo, 0, "tenant");
+	key.endpoint = key_part_from_arg(fcinfo, 1, "topic");
+	key.key = key_part_from_arg(fcinfo, 2, "key");
+	tenant_check(key.tenant);
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != 10)
+		elog(ERROR, "incorrect number of output arguments");
+
+	outbox_open(&ob, false);
+	text_key(&skeys[0], 1, key.tenant);
+	text_key(&skeys[1], 2, key.endpoint);
+	text_key(&skeys[2], 3, key.key);
+	scan = idem_index_beginscan(ob.rel, ob.index[I_KEY], GetActiveSnapshot(), 3);
+	index_rescan(scan, skeys, 3, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, ob.slot))
+	{
+		Message		m;
+		Datum		row[10];
+		bool		nulls[10] = {false};
+		static const OutboxColumn copied[] = {O_LAST_ERROR, O_STATUS, O_BODY};
+
+		deform_message(&ob, &m);
+		row[0] = Int64GetDatum(m.id);
+		row[1] = CStringGetTextDatum(state_names[shown_state(&m, ob.now)]);
+		row[2] = Int32GetDatum(m.attempt);
+		row[3] = TimestampTzGetDatum(m.not_before);
+		for (int i = 0; i < lengthof(copied); i++)
+			row[4 + i] = COLUMN(&ob, copied[i], &nulls[4 + i]);
+		row[7] = TimestampTzGetDatum(m.created_at);
+		row[8] = COLUMN(&ob, O_FINISHED_AT, &nulls[8]);
+		row[9] = COLUMN(&ob, O_EXPIRES_AT, &nulls[9]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
+	}
+	index_endscan(scan);
+	outbox_close(&ob);
+	return (Datum) 0;
+}
+
+/*
+ * Whether a logical-replication subscription receives idem_outbox into
+ * this database: then its publisher purges it.  False when the database
+ * has no outbox yet.
+ */
+bool
+outbox_subscribed(void)
+{
+	Oid			schema = idem_extension_schema();
+	Oid			relid = OidIsValid(schema) ?
+		get_relname_relid("idem_outbox", schema) : InvalidOid;
+
+	return OidIsValid(relid) && OidIsValid(subscription_of(relid));
+}
+
+/*
+ * One purge batch of the outbox: delivered and dead messages whose expiry
+ * has passed, at most batch of them, skipping any that another
+ * transaction holds; *more tells whether a batch was full.  Through SQL,
+ * as the records' purge is; false when the database has no outbox yet
+ * (0.2.0's SQL objects, before ALTER EXTENSION idem UPDATE).
+ */
+uint64
+outbox_purge_batch(TimestampTz now, int batch, bool *more)
+{
+	Oid			schema = idem_extension_schema();
+	Oid			argtypes[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		args[2];
+	int			nestlevel;
+	int			rc;
+	uint64		deleted;
+
+	*more = false;
+	if (!OidIsValid(schema) ||
+		!OidIsValid(get_relname_relid("idem_outbox", schema)))
+		return 0;
+	nestlevel = settings_pin_search_path(schema);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	args[0] = TimestampTzGetDatum(now);
+	args[1] = Int32GetDatum(batch);
+	rc = SPI_execute_with_args("DELETE FROM idem_outbox o"
+							   " WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+							   "SELECT m.id FROM idem_outbox m"
+							   " WHERE m.state OPERATOR(pg_catalog.=) ANY (ARRAY['delivered', 'dead'])"
+							   " AND m.expires_at OPERATOR(pg_catalog.<) $1"
+							   " ORDER BY m.expires_at LIMIT $2"
+							   " FOR UPDATE SKIP LOCKED))",
+							   2, argtypes, args, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "SPI_execute_with_args failed: %s",
+			 SPI_result_code_string(rc));
+	deleted = SPI_processed;
+	SPI_finish();
+	AtEOXact_GUC(true, nestlevel);
+	*more = deleted >= (uint64) batch;
+	return deleted;
+}
