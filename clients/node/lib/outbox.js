@@ -144,7 +144,8 @@ class Dispatcher {
     if (handler !== undefined && typeof handler !== 'function') throw new TypeError('pg-idem: handler must be a function');
     this.pool = pool;
     this.topic = topic;
-    this.url = url === undefined ? null : String(url);
+    // a URL that cannot be parsed would fail every attempt: refuse it now
+    this.url = url === undefined ? null : new URL(String(url)).href;
     this.handler = handler || null;
     this.concurrency = positive('concurrency', options.concurrency, 4, true);
     this.batchSize = positive('batchSize', options.batchSize, this.concurrency, true);

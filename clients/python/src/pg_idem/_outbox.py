@@ -244,7 +244,8 @@ class Dispatcher:
         self.url = url
         self.concurrency = concurrency
         self.batch_size = concurrency if batch_size is None else batch_size
-        self.lease: Union[str, timedelta] = lease if isinstance(lease, (str, timedelta)) else timedelta(seconds=lease)
+        self.lease: Union[str, timedelta] = (
+            lease if isinstance(lease, (str, timedelta)) else timedelta(seconds=lease))
         self.timeout = float(timeout)
         self.tenant = tenant
         self.poll_interval = float(poll_interval)
@@ -256,10 +257,9 @@ class Dispatcher:
         self._heard = False  # a notification of the topic came during this wait
         self._stopping = threading.Event()
         self._running = False
-        # stop(), a freed thread or a notification interrupts the wait in select()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        # while run() runs: stop() or a freed thread interrupts its wait in select()
+        self._wake_r: Optional[socket.socket] = None
+        self._wake_w: Optional[socket.socket] = None
         self._conn: Optional[psycopg.Connection[Any]] = None
         self._listen: Optional[psycopg.Connection[Any]] = None
         self._lease_checked = False
@@ -278,6 +278,9 @@ class Dispatcher:
             if self._stopping.is_set():
                 raise RuntimeError("pg_idem: this Dispatcher was stopped; make a new one")
             self._running = True
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
         executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"pg-idem {self.topic}")
         try:
             while not self._stopping.is_set():
@@ -306,6 +309,9 @@ class Dispatcher:
             self._listen = self._conn = None
             with self._lock:
                 self._running = False
+                wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, None, None
+            wake_r.close()
+            wake_w.close()
 
     def stop(self) -> None:
         """Stop taking messages (from any thread); ``run()`` returns once those in flight are recorded."""
@@ -351,10 +357,13 @@ class Dispatcher:
             self._heard = True
 
     def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"\0")
-        except BlockingIOError:  # the wake-up socket is full: a wake-up is pending anyway
-            pass
+        with self._lock:
+            if self._wake_w is None:  # run() is not running: nothing to wake
+                return
+            try:
+                self._wake_w.send(b"\0")
+            except BlockingIOError:  # the wake-up socket is full: a wake-up is pending anyway
+                pass
 
     def _step(self, executor: ThreadPoolExecutor) -> None:
         """One take if threads are free, then a wait unless more may be due."""
@@ -380,7 +389,7 @@ class Dispatcher:
 
     def _wait(self) -> None:
         """Until a notification of the topic, a wake-up or the poll interval."""
-        assert self._listen is not None
+        assert self._listen is not None and self._wake_r is not None
         end = time.monotonic() + self.poll_interval
         self._heard = False
         while not self._heard:
@@ -447,7 +456,8 @@ class Dispatcher:
             request.add_header("Content-Type", "application/octet-stream")
         try:
             with _opener.open(request, timeout=self.timeout) as response:
-                return _verdict(response.status, response.read(), _retry_after(response.headers.get("Retry-After")))
+                body = response.read()
+                return _verdict(response.status, body, _retry_after(response.headers.get("Retry-After")))
         except urllib.error.HTTPError as e:
             try:
                 return _verdict(e.code, e.read(), _retry_after(e.headers.get("Retry-After")))
@@ -468,9 +478,11 @@ class Dispatcher:
         try:
             if verdict.kind == "delivered":
                 conn.execute(_DELIVERED_SQL, (message.id, message.attempt, verdict.status, verdict.body))
-                self.logger.info("%s: delivered%s", who, "" if verdict.status is None else f" ({verdict.status})")
+                status = "" if verdict.status is None else f" ({verdict.status})"
+                self.logger.info("%s: delivered%s", who, status)
             elif verdict.kind == "retry":
-                row = conn.execute(_RETRY_SQL, (message.id, message.attempt, verdict.error, verdict.after)).fetchone()
+                args = (message.id, message.attempt, verdict.error, verdict.after)
+                row = conn.execute(_RETRY_SQL, args).fetchone()
                 if row is not None and row[0] == "dead":
                     self.logger.error("%s: dead, its last attempt failed: %s", who, verdict.error)
                 else:
