@@ -218,9 +218,8 @@ batch_rows() {
 # finished keys in one statement, as the backend that runs them counts
 # them (EXPLAIN (ANALYZE, WAL) counts that backend's WAL only, and
 # txid_current_if_assigned() is NULL while it assigned none), after a
-# CHECKPOINT.  The server's own WAL meanwhile (the background writer's
-# snapshots of running transactions, a checkpoint) is not theirs: the
-# position of the WAL before and after a pgbench run counted it too.
+# CHECKPOINT.  What the server writes meanwhile is not theirs: the
+# position of the WAL before and after a pgbench run counted that too.
 REPLAYS=50000
 replay_wal() {
 	local out
