@@ -25,6 +25,24 @@
 
 #include "access.h"
 
+/*
+ * The OID of table name in schema (the extension's, InvalidOid when it is
+ * not installed); an error if there is none
+ */
+Oid
+access_table(const char *name, Oid schema)
+{
+	Oid			table = OidIsValid(schema) ?
+		get_relname_relid(name, schema) : InvalidOid;
+
+	if (!OidIsValid(table))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"%s\" of extension \"idem\" does not exist in this database",
+						name)));
+	return table;
+}
+
 /* The OID of index name of table, in schema; an error if there is none */
 Oid
 access_index_of(const char *name, Oid schema, Oid table)

@@ -256,13 +256,7 @@ look_up_tables(void)
 		callback_registered = true;
 	}
 	schema = idem_extension_schema();
-	tables.outbox = OidIsValid(schema) ?
-		get_relname_relid("idem_outbox", schema) : InvalidOid;
-	if (!OidIsValid(tables.outbox))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_outbox\" of extension \"idem\" does not exist in this database"),
-				 errhint("The outbox comes with idem 0.3.0: run ALTER EXTENSION idem UPDATE.")));
+	tables.outbox = access_table("idem_outbox", schema);
 	tables.seq = get_relname_relid("idem_outbox_id_seq", schema);
 	if (!OidIsValid(tables.seq))
 		ereport(ERROR,

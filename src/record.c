@@ -193,22 +193,13 @@ look_up_tables(void)
 	}
 
 	schema = idem_extension_schema();
-	tables.record = OidIsValid(schema) ?
-		get_relname_relid("idem_record", schema) : InvalidOid;
-	if (!OidIsValid(tables.record))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
+	tables.record = access_table("idem_record", schema);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	tables.distributed = sql_distributed(tables.record);
 	SPI_finish();
 
-	tables.floor = get_relname_relid("idem_attempt_floor", schema);
-	if (!OidIsValid(tables.floor))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_attempt_floor\" of extension \"idem\" does not exist in this database")));
+	tables.floor = access_table("idem_attempt_floor", schema);
 	tables.key_index = access_index_of("idem_record_key", schema, tables.record);
 	tables.floor_index = access_index_of("idem_attempt_floor_pkey", schema,
 								  tables.floor);
