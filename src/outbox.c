@@ -77,6 +77,7 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -1220,7 +1221,7 @@ idem_message(PG_FUNCTION_ARGS)
 		row[1] = CStringGetTextDatum(state_names[shown_state(&m, ob.now)]);
 		row[2] = Int32GetDatum(m.attempt);
 		row[3] = TimestampTzGetDatum(m.not_before);
-		for (int i = 0; i < lengthof(copied); i++)
+		for (int i = 0; i < (int) lengthof(copied); i++)
 			row[4 + i] = COLUMN(&ob, copied[i], &nulls[4 + i]);
 		row[7] = TimestampTzGetDatum(m.created_at);
 		row[8] = COLUMN(&ob, O_FINISHED_AT, &nulls[8]);
