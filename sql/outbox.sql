@@ -285,4 +285,43 @@ ROLLBACK;
 -- the table is the extension's: PUBLIC may not read or write it
 SELECT has_table_privilege('public', 'idem_outbox', 'SELECT') AS public_reads,
 	   has_table_privilege('public', 'idem_outbox', 'INSERT') AS public_writes;
+-- the tenant binding: a bound role enqueues, takes and reads its own
+-- tenant's messages only
+TRUNCATE idem_outbox;
+CREATE ROLE outbox_acme LOGIN;
+CREATE ROLE outbox_free LOGIN;
+SELECT idem_bind('outbox_acme', 'acme');
+SELECT outcome FROM idem_enqueue('acme', 'bound', 'a1', 'x'::bytea);
+SELECT outcome FROM idem_enqueue('globex', 'bound', 'g1', 'x'::bytea);
+SELECT id AS g1 FROM idem_outbox WHERE key = 'g1' \gset
+GRANT SELECT ON idem_outbox TO outbox_acme;
+SET ROLE outbox_acme;
+SELECT outcome FROM idem_enqueue('acme', 'bound', 'a2', 'x'::bytea);
+SELECT outcome FROM idem_enqueue('globex', 'bound', 'g2', 'x'::bytea);
+SELECT * FROM idem_message('globex', 'bound', 'g1');
+SELECT count(*) FROM idem_take('bound', 10, tenant => 'globex');
+-- no tenant named: its own tenant's messages only
+SELECT tenant, key, attempt FROM idem_take('bound', 10) ORDER BY key;
+-- another tenant's message by id
+SELECT idem_delivered(:g1, 1);
+SELECT idem_dead(:g1, 1);
+-- reading the table: row-level security shows its own tenant only
+SELECT tenant, key FROM idem_outbox ORDER BY key;
+-- and it cannot write the table
+UPDATE idem_outbox SET state = 'dead';
+RESET ROLE;
+SELECT key, state FROM idem_outbox ORDER BY key;
+-- an unbound role takes every tenant's messages
+GRANT EXECUTE ON FUNCTION idem_requeue(bigint) TO outbox_free;
+SET ROLE outbox_free;
+SELECT tenant, key, attempt FROM idem_take('bound', 10) ORDER BY key;
+SELECT idem_dead(:g1, 1);
+SELECT idem_requeue(:g1);
+RESET ROLE;
+REVOKE SELECT ON idem_outbox FROM outbox_acme;
+REVOKE EXECUTE ON FUNCTION idem_requeue(bigint) FROM outbox_free;
+SELECT idem_unbind('outbox_acme');
+DROP ROLE outbox_acme;
+DROP ROLE outbox_free;
+
 DROP EXTENSION idem;

@@ -65,11 +65,8 @@
 #include "access/stratnum.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/index.h"
-#include "catalog/pg_am.h"
 #include "catalog/pg_collation.h"
 #include "commands/async.h"
-#include "commands/defrem.h"
 #include "commands/sequence.h"
 #include "common/pg_prng.h"
 #include "executor/executor.h"
@@ -80,12 +77,14 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/tuplestore.h"
 
+#include "access.h"
 #include "idem.h"
 
 PG_FUNCTION_INFO_V1(idem_enqueue);
@@ -251,7 +250,6 @@ look_up_tables(void)
 {
 	Oid			schema;
 	Relation	rel;
-	TupleDesc	desc;
 
 	if (!callback_registered)
 	{
@@ -259,56 +257,19 @@ look_up_tables(void)
 		callback_registered = true;
 	}
 	schema = idem_extension_schema();
-	tables.outbox = OidIsValid(schema) ?
-		get_relname_relid("idem_outbox", schema) : InvalidOid;
-	if (!OidIsValid(tables.outbox))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_outbox\" of extension \"idem\" does not exist in this database"),
-				 errhint("The outbox comes with idem 0.3.0: run ALTER EXTENSION idem UPDATE.")));
+	tables.outbox = access_table("idem_outbox", schema);
 	tables.seq = get_relname_relid("idem_outbox_id_seq", schema);
 	if (!OidIsValid(tables.seq))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("sequence \"idem_outbox_id_seq\" of extension \"idem\" does not exist in this database")));
 	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
-	{
-		Oid			index = get_relname_relid(index_names[i], schema);
-
-		if (!OidIsValid(index) || IndexGetRelation(index, true) != tables.outbox)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("index \"%s\" of extension \"idem\" does not exist in this database",
-							index_names[i])));
-		tables.index[i] = index;
-	}
+		tables.index[i] = access_index_of(index_names[i], schema, tables.outbox);
 
 	rel = table_open(tables.outbox, AccessShareLock);
-	if (rel->rd_rel->relam != HEAP_TABLE_AM_OID)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("table \"idem_outbox\" must use the heap access method"),
-				 errdetail("It uses access method \"%s\".",
-						   get_am_name(rel->rd_rel->relam))));
+	access_require_heap(rel);
 	tables.owner = rel->rd_rel->relowner;
-	desc = RelationGetDescr(rel);
-	for (int c = 0; c < NUM_OUTBOX_COLUMNS; c++)
-	{
-		tables.attnum[c] = InvalidAttrNumber;
-		for (int i = 0; i < desc->natts; i++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, i);
-
-			if (!att->attisdropped &&
-				strcmp(NameStr(att->attname), column_names[c]) == 0)
-				tables.attnum[c] = att->attnum;
-		}
-		if (tables.attnum[c] == InvalidAttrNumber)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_COLUMN),
-					 errmsg("column \"%s\" of table \"idem_outbox\" does not exist",
-							column_names[c])));
-	}
+	access_columns(rel, column_names, NUM_OUTBOX_COLUMNS, tables.attnum);
 	table_close(rel, AccessShareLock);
 	tables.valid = true;
 }
@@ -676,29 +637,6 @@ held_back(Outbox *ob, const Message *m)
 	}
 	index_endscan(scan);
 	return found;
-}
-
-/* A take's lease, capped by idem.max_lease */
-static TimestampTz
-lease_end(TimestampTz now, Interval *lease)
-{
-	TimestampTz end;
-
-	if (lease != NULL)
-		end = protocol_time_plus(now, lease, "lease");
-	else
-		end = now + (TimestampTz) idem_lease * 1000;
-	if (end <= now)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be positive"),
-				 errdetail("The lease given was %s.",
-						   DatumGetCString(DirectFunctionCall1(interval_out,
-															   PointerGetDatum(lease))))));
-	protocol_check_cap("take", "lease", now, end,
-					   (int64) idem_max_lease * 1000, lease, "idem.lease",
-					   "idem.max_lease");
-	return end;
 }
 
 /* When a finished message is purged */
@@ -1145,7 +1083,7 @@ idem_take(PG_FUNCTION_ARGS)
 	if (rsinfo->setDesc->natts != 8)
 		elog(ERROR, "incorrect number of output arguments");
 	outbox_open(&ob, true);
-	lease_expires_at = lease_end(ob.now, lease);
+	lease_expires_at = protocol_lease_end("take", ob.now, lease);
 	take(&ob, topic, max, lease_expires_at, tenant, rsinfo->setResult,
 		 rsinfo->setDesc);
 	outbox_close(&ob);
@@ -1283,7 +1221,7 @@ idem_message(PG_FUNCTION_ARGS)
 		row[1] = CStringGetTextDatum(state_names[shown_state(&m, ob.now)]);
 		row[2] = Int32GetDatum(m.attempt);
 		row[3] = TimestampTzGetDatum(m.not_before);
-		for (int i = 0; i < lengthof(copied); i++)
+		for (int i = 0; i < (int) lengthof(copied); i++)
 			row[4 + i] = COLUMN(&ob, copied[i], &nulls[4 + i]);
 		row[7] = TimestampTzGetDatum(m.created_at);
 		row[8] = COLUMN(&ob, O_FINISHED_AT, &nulls[8]);

@@ -75,9 +75,6 @@
 #include "access/stratnum.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/index.h"
-#include "catalog/pg_am.h"
-#include "commands/defrem.h"
 #include "catalog/pg_collation.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -92,6 +89,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "access.h"
 #include "record.h"
 
 /* idem_record's columns, found by name when the table is looked up */
@@ -177,19 +175,6 @@ record_invalidate(Datum arg, Oid relid)
 		tables.valid = false;
 }
 
-static Oid
-index_of(const char *name, Oid schema, Oid table)
-{
-	Oid			index = get_relname_relid(name, schema);
-
-	if (!OidIsValid(index) || IndexGetRelation(index, true) != table)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("index \"%s\" of extension \"idem\" does not exist in this database",
-						name)));
-	return index;
-}
-
 /*
  * Find the extension's tables, their indexes and idem_record's columns,
  * and decide which way the table is reached.  Refuses a table that is not
@@ -200,7 +185,6 @@ look_up_tables(void)
 {
 	Oid			schema;
 	Relation	rel;
-	TupleDesc	desc;
 
 	if (!callback_registered)
 	{
@@ -209,52 +193,22 @@ look_up_tables(void)
 	}
 
 	schema = idem_extension_schema();
-	tables.record = OidIsValid(schema) ?
-		get_relname_relid("idem_record", schema) : InvalidOid;
-	if (!OidIsValid(tables.record))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
+	tables.record = access_table("idem_record", schema);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	tables.distributed = sql_distributed(tables.record);
 	SPI_finish();
 
-	tables.floor = get_relname_relid("idem_attempt_floor", schema);
-	if (!OidIsValid(tables.floor))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_attempt_floor\" of extension \"idem\" does not exist in this database")));
-	tables.key_index = index_of("idem_record_key", schema, tables.record);
-	tables.floor_index = index_of("idem_attempt_floor_pkey", schema,
+	tables.floor = access_table("idem_attempt_floor", schema);
+	tables.key_index = access_index_of("idem_record_key", schema, tables.record);
+	tables.floor_index = access_index_of("idem_attempt_floor_pkey", schema,
 								  tables.floor);
 
 	rel = table_open(tables.record, AccessShareLock);
-	if (!tables.distributed && rel->rd_rel->relam != HEAP_TABLE_AM_OID)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("table \"idem_record\" must use the heap access method"),
-				 errdetail("It uses access method \"%s\".",
-						   get_am_name(rel->rd_rel->relam))));
+	if (!tables.distributed)
+		access_require_heap(rel);
 	tables.owner = rel->rd_rel->relowner;
-	desc = RelationGetDescr(rel);
-	for (int c = 0; c < NUM_COLUMNS; c++)
-	{
-		tables.attnum[c] = InvalidAttrNumber;
-		for (int i = 0; i < desc->natts; i++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, i);
-
-			if (!att->attisdropped &&
-				strcmp(NameStr(att->attname), column_names[c]) == 0)
-				tables.attnum[c] = att->attnum;
-		}
-		if (tables.attnum[c] == InvalidAttrNumber)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_COLUMN),
-					 errmsg("column \"%s\" of table \"idem_record\" does not exist",
-							column_names[c])));
-	}
+	access_columns(rel, column_names, NUM_COLUMNS, tables.attnum);
 	table_close(rel, AccessShareLock);
 	tables.valid = true;
 }

@@ -23,6 +23,7 @@ $primary->safe_psql('app', q{
 	SELECT idem_claim('globex', 'POST /orders', 'retry');
 	SELECT idem_fail('globex', 'POST /orders', 'retry', 503, 'later', retryable => true);
 	SELECT count(idem_claim('bulk', 'POST /x', 'k' || i)) FROM generate_series(1, 1000) i;
+	SELECT idem_enqueue('acme', 'mail', 'm1', 'x'::bytea);
 });
 
 # the standby: decisions need the primary; replay only when allowed
@@ -37,7 +38,13 @@ for my $call (
 	q{SELECT idem_complete('acme', 'POST /pay', 'pending', 200, 'x')},
 	q{SELECT idem_fail('acme', 'POST /pay', 'pending', 500, 'x')},
 	q{SELECT idem_release('acme', 'POST /pay', 'pending')},
-	q{SELECT idem_purge()})
+	q{SELECT idem_purge()},
+	q{SELECT idem_enqueue('acme', 'mail', 'm2', 'x'::bytea)},
+	q{SELECT * FROM idem_take('mail')},
+	q{SELECT idem_delivered(id, 1) FROM idem_outbox},
+	q{SELECT idem_retry(id, 1) FROM idem_outbox},
+	q{SELECT idem_dead(id, 1) FROM idem_outbox},
+	q{SELECT idem_requeue(id) FROM idem_outbox})
 {
 	my ($ret, $out, $err) = $standby->psql('app', $call);
 	like($err, qr/ERROR:  cannot call idem_\w+\(\) during recovery/, "standby refuses: $call");
@@ -52,6 +59,8 @@ like($err, qr/cannot call idem_replay\(\) during recovery/, 'idem_replay errors 
 is( $standby->safe_psql('app', q{SET idem.standby_replay = on;
 		SELECT outcome, status, encode(body, 'hex') FROM idem_replay('acme', 'POST /orders', 'done')}),
 	'replay|201|00ff7b7d', 'with idem.standby_replay it replays');
+is($standby->safe_psql('app', q{SELECT state, attempt FROM idem_message('acme', 'mail', 'm1')}),
+	'queued|0', 'idem_message reads on a standby');
 $standby->stop;
 
 # pg_dump and pg_restore keep every record, byte for byte
@@ -66,6 +75,12 @@ $primary->safe_psql('postgres', 'CREATE DATABASE restored');
 $primary->command_ok([ 'pg_restore', '-d', $primary->connstr('restored'), $dump ],
 	'pg_restore into a new database');
 is($primary->safe_psql('restored', $records), $before, 'every record is restored as it was');
+is($primary->safe_psql('restored', q{SELECT state, attempt FROM idem_message('acme', 'mail', 'm1')}),
+	'queued|0', 'the outbox is restored with its messages');
+is($primary->safe_psql('restored', q{
+	SELECT (SELECT id FROM idem_enqueue('acme', 'mail', 'm3', 'x'::bytea))
+		> (SELECT id FROM idem_outbox WHERE key = 'm1')}),
+	't', 'and its sequence: a new message gets a new id');
 
 sub answers
 {

@@ -72,7 +72,8 @@ sub woken_by
 	$owner->query_safe($finish);
 	usleep(300_000);
 	is($node->safe_psql('postgres', qq{SELECT count(*) FROM pg_stat_activity
-		WHERE state = 'active' AND coalesce(wait_event_type, 'CPU') IN ($events)
+		WHERE pid <> pg_backend_pid() AND state = 'active'
+		  AND coalesce(wait_event_type, 'CPU') IN ($events)
 		  AND query LIKE '%wait => true%'}),
 		'1', "$name: still waiting before the finisher commits");
 	$owner->query_safe('COMMIT');

@@ -90,6 +90,27 @@ for my $call (
 		"the subscriber refuses with 25006: $call");
 	like($err, qr/HINT:  .*subscription "everything"/, "with a hint naming the subscription: $call");
 }
+# the outbox likewise: its messages are the publisher's, and a take here
+# would deliver one that the publisher's dispatchers deliver too
+$pub->safe_psql('app', q{SELECT idem_enqueue('acme', 'mail', 'ob1', 'x'::bytea)});
+ok( $sub->poll_query_until('app', q{SELECT count(*) = 1 FROM idem_outbox WHERE key = 'ob1'}),
+	'a message enqueued on the publisher replicates');
+for my $call (
+	q{SELECT idem_enqueue('acme', 'mail', 'ob2', 'x'::bytea)},
+	q{SELECT * FROM idem_take('mail')},
+	q{SELECT idem_delivered(id, 1) FROM idem_outbox WHERE key = 'ob1'},
+	q{SELECT idem_retry(id, 1) FROM idem_outbox WHERE key = 'ob1'},
+	q{SELECT idem_dead(id, 1) FROM idem_outbox WHERE key = 'ob1'},
+	q{SELECT idem_requeue(id) FROM idem_outbox WHERE key = 'ob1'})
+{
+	my ($ret, $out, $err) = $sub->psql('app', $call,
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/ERROR:  25006: cannot call idem_\w+\(\) on a logical replication subscriber of table "idem_outbox"/,
+		"the subscriber refuses with 25006: $call");
+}
+is($sub->safe_psql('app', q{SELECT state, attempt FROM idem_message('acme', 'mail', 'ob1')}),
+	'queued|0', 'idem_message reads on the subscriber; nothing changed');
+
 my ($ret, $out, $err) = $sub->psql('app', q{SELECT * FROM idem_replay('acme', 'POST /orders', 'done')},
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/ERROR:  25006: cannot call idem_replay\(\) on a logical replication subscriber/,
