@@ -379,15 +379,21 @@ deform_message(Outbox *ob, Message *m)
 }
 
 /*
- * The state a reader is shown: a lease that ran out is, for a message
- * that may be redelivered, queued (due again), else unknown.
+ * The state a message is in, as the next take will write it: a lease that
+ * ran out leaves a message that may not be redelivered unknown, one whose
+ * run of attempts is used up dead, and any other queued (due again).
+ * Readers are shown this state, and finishing calls decide over it.
  */
 static MessageState
 shown_state(const Message *m, TimestampTz now)
 {
-	if (m->state == MSG_LEASED && m->lease_expires_at <= now)
-		return m->redeliver ? MSG_QUEUED : MSG_UNKNOWN;
-	return m->state;
+	if (m->state != MSG_LEASED || m->lease_expires_at > now)
+		return m->state;
+	if (!m->redeliver)
+		return MSG_UNKNOWN;
+	if (m->attempt - m->attempt_base >= m->max_attempts)
+		return MSG_DEAD;
+	return MSG_QUEUED;
 }
 
 /* Equality of a text column, in "C" */
@@ -402,13 +408,18 @@ text_key(ScanKey skey, AttrNumber attno, const text *value)
 static void
 slot_row(Outbox *ob, Datum **values, bool **nulls)
 {
-	int			natts = ob->slot->tts_tupleDescriptor->natts;
+	TupleDesc	desc = ob->slot->tts_tupleDescriptor;
+	HeapTuple	copy = ExecCopySlotHeapTuple(ob->slot);
 
-	slot_getallattrs(ob->slot);
-	*values = palloc(natts * sizeof(Datum));
-	*nulls = palloc(natts * sizeof(bool));
-	memcpy(*values, ob->slot->tts_values, natts * sizeof(Datum));
-	memcpy(*nulls, ob->slot->tts_isnull, natts * sizeof(bool));
+	/*
+	 * The values of a tuple that a buffer holds point into the page, which
+	 * the slot stops pinning when the new row is stored into it (then
+	 * VACUUM or pruning may move what they point to): they must come from
+	 * a copy of the tuple, not from the slot.
+	 */
+	*values = palloc(desc->natts * sizeof(Datum));
+	*nulls = palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(copy, desc, *values, *nulls);
 }
 
 static inline void
@@ -586,6 +597,22 @@ enqueue(Outbox *ob, const NewMessage *nm, Enqueued *out)
 		if (!probe_key(ob, &nm->key))
 			continue;
 
+		/*
+		 * Under REPEATABLE READ or SERIALIZABLE the snapshot may not show
+		 * the message that holds the key: answering duplicate would say
+		 * what the transaction cannot see, so it fails as an INSERT into a
+		 * unique index that another transaction filled meanwhile does
+		 */
+		if (IsolationUsesXactSnapshot() &&
+			!table_tuple_satisfies_snapshot(ob->rel, ob->slot,
+											GetActiveSnapshot()))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent enqueue of idem key \"%s\" of topic \"%s\"",
+							text_to_cstring(nm->key.key),
+							text_to_cstring(nm->key.endpoint)),
+					 errhint("Retry the transaction.")));
+
 		stored = DatumGetByteaPP(COLUMN(ob, O_PAYLOAD, &isnull));
 		out->outcome =
 			VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(nm->payload) &&
@@ -639,10 +666,33 @@ held_back(Outbox *ob, const Message *m)
 	return found;
 }
 
+/*
+ * idem.outbox_retention, checked where it is used (an enqueue, and the
+ * finish that dates the expiry, whoever's settings are in force there):
+ * over the DBA's cap idem.max_retention it errors, and it must outlive the
+ * callers' retry window, or a business transaction retried after its
+ * message was purged would enqueue it, and send it, again.
+ */
+static void
+check_outbox_retention(void)
+{
+	if (idem_outbox_retention <= idem_retry_window)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idem.outbox_retention (%ds) must be longer than idem.retry_window (%ds)",
+						idem_outbox_retention, idem_retry_window),
+				 errdetail("A business transaction retried after its message was purged would send it again.")));
+	protocol_check_cap("enqueue", "retention", 0,
+					   (TimestampTz) idem_outbox_retention * USECS_PER_SEC,
+					   (int64) idem_max_retention * USECS_PER_SEC, NULL,
+					   "idem.outbox_retention", "idem.max_retention");
+}
+
 /* When a finished message is purged */
 static TimestampTz
 expiry(TimestampTz now)
 {
+	check_outbox_retention();
 	return now + (TimestampTz) idem_outbox_retention * USECS_PER_SEC;
 }
 
@@ -717,6 +767,18 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 					   VARSIZE_ANY_EXHDR(t)) != 0)
 				continue;
 		}
+		/*
+		 * A message this transaction enqueued may still roll back: a take
+		 * in the same transaction leaves it (the dispatcher calls out after
+		 * its take commits, and the enqueue commits no earlier)
+		 */
+		{
+			HeapTuple	tuple = ExecFetchSlotHeapTuple(candidate, false, NULL);
+
+			if (!(tuple->t_data->t_infomask & HEAP_UPDATED) &&
+				TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data)))
+				continue;
+		}
 		result = table_tuple_lock(ob->rel, &tid, snapshot, ob->slot,
 								  GetCurrentCommandId(false),
 								  LockTupleNoKeyExclusive, LockWaitSkip, 0,
@@ -729,8 +791,10 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 			continue;
 		if (m.state == MSG_LEASED)
 		{
-			/* its lease ran out */
-			if (!m.redeliver)
+			/* its lease ran out: write what readers were shown */
+			MessageState s = shown_state(&m, ob->now);
+
+			if (s == MSG_UNKNOWN)
 			{
 				slot_row(ob, &values, &nulls);
 				set_column(values, nulls, O_STATE,
@@ -738,7 +802,7 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 				update_row(ob, &m.tid, values, nulls);
 				continue;
 			}
-			if (m.attempt - m.attempt_base >= m.max_attempts)
+			if (s == MSG_DEAD)
 			{
 				finish_row(ob, &m, MSG_DEAD, "the last attempt's lease ran out",
 						   false, 0, NULL);
@@ -841,18 +905,26 @@ lock_by_id(Outbox *ob, int64 id, Message *m)
 }
 
 pg_noreturn static void report_stale(const char *function, const Message *m,
-									 int32 attempt);
+									 MessageState s, int32 attempt);
 
-/* The one place that refuses an answer for an attempt that is not live */
+/*
+ * The one place that refuses an answer for an attempt that is not live: not
+ * the newest take's, or one whose lease ran out (s is the state that
+ * leaves the message in)
+ */
 static void
-report_stale(const char *function, const Message *m, int32 attempt)
+report_stale(const char *function, const Message *m, MessageState s,
+			 int32 attempt)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("%s: attempt %d of outbox message %lld is not its live lease",
 					function, attempt, (long long) m->id),
+			 m->state == MSG_LEASED && s != MSG_LEASED ?
+			 errdetail("The lease of attempt %d ran out; the message is %s.",
+					   m->attempt, state_names[s]) :
 			 errdetail("The message is %s at attempt %d.",
-					   state_names[m->state], m->attempt)));
+					   state_names[s], m->attempt)));
 }
 
 pg_noreturn static void report_no_message(const char *function, int64 id);
@@ -907,6 +979,7 @@ finish(const char *function, int64 id, int32 attempt, FinishHow how,
 	Outbox		ob;
 	Message		m;
 	MessageState result;
+	MessageState s;
 	Datum	   *values;
 	bool	   *nulls;
 
@@ -914,10 +987,10 @@ finish(const char *function, int64 id, int32 attempt, FinishHow how,
 	outbox_open(&ob, true);
 	if (!lock_by_id(&ob, id, &m))
 		report_no_message(function, id);
+	s = shown_state(&m, ob.now);
 	if (m.attempt != attempt || m.attempt == 0 ||
-		!(m.state == MSG_LEASED ||
-		  (how == FINISH_DELIVERED && m.state == MSG_UNKNOWN)))
-		report_stale(function, &m, attempt);
+		!(s == MSG_LEASED || (how == FINISH_DELIVERED && s == MSG_UNKNOWN)))
+		report_stale(function, &m, s, attempt);
 
 	switch (how)
 	{
@@ -971,10 +1044,14 @@ lease_attempt_from_arg(FunctionCallInfo fcinfo, int argno)
 	return check_attempt(PG_GETARG_INT32(argno));
 }
 
+/* A delivery's error, bounded by idem.max_body_size like the answers */
 static char *
 error_from_arg(FunctionCallInfo fcinfo, int argno)
 {
-	return PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	check_body_size("error", (bytea *) PG_GETARG_TEXT_PP(argno));
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
 /*
@@ -1017,10 +1094,7 @@ enqueue_call(FunctionCallInfo fcinfo, bool jsonb)
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE ||
 		desc->natts != 4)
 		elog(ERROR, "incorrect number of output arguments");
-	protocol_check_cap("enqueue", "retention", 0,
-					   (TimestampTz) idem_outbox_retention * USECS_PER_SEC,
-					   (int64) idem_max_retention * USECS_PER_SEC, NULL,
-					   "idem.outbox_retention", "idem.max_retention");
+	check_outbox_retention();
 
 	outbox_open(&ob, true);
 	enqueue(&ob, &nm, &out);
@@ -1087,6 +1161,15 @@ idem_take(PG_FUNCTION_ARGS)
 	take(&ob, topic, max, lease_expires_at, tenant, rsinfo->setResult,
 		 rsinfo->setDesc);
 	outbox_close(&ob);
+
+	/*
+	 * The dispatcher calls out once the take commits: that commit must be
+	 * durable whatever synchronous_commit says, or a crash could give the
+	 * same attempt to a second take (and make an unknown message due again).
+	 * Its flush makes every earlier commit durable too, the enqueue's
+	 * included.
+	 */
+	ForceSyncCommit();
 	return (Datum) 0;
 }
 
@@ -1264,11 +1347,19 @@ outbox_purge_batch(TimestampTz now, int batch, bool *more)
 	int			nestlevel;
 	int			rc;
 	uint64		deleted;
+	Oid			userid;
+	int			sec_context;
 
 	*more = false;
 	if (!OidIsValid(schema) ||
 		!OidIsValid(get_relname_relid("idem_outbox", schema)))
 		return 0;
+
+	/* as the table's owner, as every access to it (outbox_open) */
+	(void) outbox_relation();
+	GetUserIdAndSecContext(&userid, &sec_context);
+	SetUserIdAndSecContext(tables.owner,
+						   sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	nestlevel = settings_pin_search_path(schema);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -1288,6 +1379,7 @@ outbox_purge_batch(TimestampTz now, int batch, bool *more)
 	deleted = SPI_processed;
 	SPI_finish();
 	AtEOXact_GUC(true, nestlevel);
+	SetUserIdAndSecContext(userid, sec_context);
 	*more = deleted >= (uint64) batch;
 	return deleted;
 }

@@ -995,13 +995,17 @@ lock_probed(bool wait)
 static void
 slot_row(Datum **values, bool **nulls)
 {
-	int			natts = acc.slot->tts_tupleDescriptor->natts;
+	TupleDesc	desc = acc.slot->tts_tupleDescriptor;
+	HeapTuple	copy = ExecCopySlotHeapTuple(acc.slot);
 
-	slot_getallattrs(acc.slot);
-	*values = palloc(natts * sizeof(Datum));
-	*nulls = palloc(natts * sizeof(bool));
-	memcpy(*values, acc.slot->tts_values, natts * sizeof(Datum));
-	memcpy(*nulls, acc.slot->tts_isnull, natts * sizeof(bool));
+	/*
+	 * The values of a tuple that a buffer holds point into the page, which
+	 * the slot stops pinning when the new row is stored into it: they must
+	 * come from a copy of the tuple, not from the slot.
+	 */
+	*values = palloc(desc->natts * sizeof(Datum));
+	*nulls = palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(copy, desc, *values, *nulls);
 }
 
 /*
