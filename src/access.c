@@ -13,6 +13,15 @@
  * found by name, not by position, so a dropped column or a column added by
  * an upgrade script does not move them.
  *
+ * A heap insert or update applies none of the table's constraints: the row
+ * about to be written goes through ExecConstraints first, as
+ * execReplication.c does, so that a CHECK a DBA or a later release adds is
+ * enforced here too and its error names the constraint and the table.
+ * Preparing the constraints' expressions costs more than the write itself,
+ * so they are prepared once per backend, in an executor state that lives
+ * until the table's relcache entry is invalidated (the caller then clears
+ * "valid").
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -21,7 +30,9 @@
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "commands/defrem.h"
+#include "executor/executor.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 
 #include "access.h"
 
@@ -94,4 +105,32 @@ access_columns(Relation rel, const char *const *names, int n,
 					 errmsg("column \"%s\" of table \"%s\" does not exist",
 							names[c], RelationGetRelationName(rel))));
 	}
+}
+
+/*
+ * Apply rel's constraints to the row in slot: an error (23514, 23502) if
+ * it breaks one.  The prepared expressions are kept in checks; a caller
+ * clears checks->valid when rel's relcache entry is invalidated.
+ */
+void
+access_check_row(AccessChecks *checks, Relation rel, TupleTableSlot *slot)
+{
+	if (!checks->valid)
+	{
+		MemoryContext old;
+
+		if (checks->estate != NULL)
+			FreeExecutorState(checks->estate);
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		checks->estate = CreateExecutorState();
+		MemoryContextSwitchTo(checks->estate->es_query_cxt);
+		checks->rri = makeNode(ResultRelInfo);
+		InitResultRelInfo(checks->rri, rel, 0, NULL, 0);
+		MemoryContextSwitchTo(old);
+		checks->valid = true;
+	}
+	/* the relcache entry of an open relation keeps its address */
+	checks->rri->ri_RelationDesc = rel;
+	ExecConstraints(checks->rri, slot, checks->estate);
+	ResetPerTupleExprContext(checks->estate);
 }

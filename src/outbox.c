@@ -199,6 +199,7 @@ typedef struct OutboxTables
 } OutboxTables;
 
 static OutboxTables tables;
+static AccessChecks checks;
 static bool callback_registered = false;
 
 /* One call's access to the table, from outbox_open() to outbox_close() */
@@ -238,7 +239,10 @@ static void
 outbox_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == tables.outbox)
+	{
 		tables.valid = false;
+		checks.valid = false;
+	}
 }
 
 /*
@@ -440,7 +444,7 @@ store_row(Outbox *ob, Datum *values, bool *nulls)
 	memcpy(ob->slot->tts_values, values, natts * sizeof(Datum));
 	memcpy(ob->slot->tts_isnull, nulls, natts * sizeof(bool));
 	ExecStoreVirtualTuple(ob->slot);
-	ExecConstraints(ob->rri, ob->slot, ob->estate);
+	access_check_row(&checks, ob->rel, ob->slot);
 }
 
 /*
