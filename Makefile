@@ -33,6 +33,16 @@ ISOLATION_OPTS = --inputdir=test/isolation --load-extension=idem \
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
+# The TAP scripts start servers of their own, which initdb refuses to do as
+# root: "make installcheck" as root runs pg_regress and the isolation specs
+# and says how to run the TAP scripts.
+ifeq ($(filter installcheck,$(MAKECMDGOALS)),installcheck)
+ifeq ($(shell id -u),0)
+TAP_TESTS =
+$(warning make installcheck as root skips the TAP scripts (initdb refuses root): run them as another user, e.g. "runuser -u postgres -- make installcheck")
+endif
+endif
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

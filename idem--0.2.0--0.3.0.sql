@@ -353,15 +353,17 @@ LANGUAGE C STABLE ROWS 1;
 
 /*
  * Per topic: the messages in each state (a leased message whose lease ran
- * out counts as queued when it will be redelivered, as unknown when not),
+ * out counts as the next take will leave it: unknown when it may not be
+ * redelivered, dead when its attempts are used up, else queued),
  * how long the oldest due message has waited, and what the messages the
  * table holds went through: deliveries, deaths, and retries (the takes
  * that did not end in a delivery or a death and are not the live lease).
  * Counted from the table, so over the messages that idem.outbox_retention
- * keeps.  Runs as its caller: the table's row-level security shows a bound
- * role its own tenant's messages only.
+ * keeps.  The view reads the table as its owner (pg_monitor may read the
+ * view, not the payloads), and shows a bound role its own tenant's
+ * messages only.
  */
-CREATE VIEW idem_outbox_stats WITH (security_invoker = true) AS
+CREATE VIEW idem_outbox_stats AS
 SELECT topic,
 	   count(*) FILTER (WHERE s OPERATOR(pg_catalog.=) 'queued') AS queued,
 	   count(*) FILTER (WHERE s OPERATOR(pg_catalog.=) 'leased') AS leased,
@@ -382,9 +384,14 @@ SELECT topic,
 FROM (SELECT topic, attempt, not_before,
 			 CASE WHEN state OPERATOR(pg_catalog.=) 'leased'
 			  AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()
-			 THEN CASE WHEN redeliver THEN 'queued' ELSE 'unknown' END
+			 THEN CASE WHEN NOT redeliver THEN 'unknown'
+					   WHEN attempt OPERATOR(pg_catalog.-) attempt_base
+						  OPERATOR(pg_catalog.>=) max_attempts THEN 'dead'
+					   ELSE 'queued' END
 			 ELSE state END AS s
-	  FROM @extschema@.idem_outbox) m
+	  FROM @extschema@.idem_outbox
+	  WHERE tenant OPERATOR(pg_catalog.=)
+			coalesce(@extschema@.idem_tenant(), tenant) COLLATE "C") m
 GROUP BY topic;
 
 REVOKE ALL ON idem_outbox_stats FROM PUBLIC;

@@ -37,4 +37,33 @@ SELECT seq_scan - :seq_before AS seq_scans_of_idem_record
 -- claim starts above the forgotten record's attempt
 SELECT outcome, attempt FROM idem_claim('d', 'POST /x', 'k1');
 
+-- the table's own rules: a CHECK constraint that a DBA adds is enforced on
+-- the direct path, for a claim (an insert) and for a finish (an update),
+-- and the error names it (in its message and in its fields, as core's
+-- own); the same holds for idem_outbox
+\set VERBOSITY terse
+ALTER TABLE idem_record ADD CONSTRAINT no_test_keys CHECK (key NOT LIKE 'test-%');
+ALTER TABLE idem_record ADD CONSTRAINT no_teapots CHECK (status IS DISTINCT FROM 418);
+SELECT outcome FROM idem_claim('d', 'POST /x', 'test-1');
+SELECT outcome FROM idem_claim('d', 'POST /x', 'k-teapot');
+SELECT idem_complete('d', 'POST /x', 'k-teapot', 418, 'short and stout');
+SELECT idem_complete('d', 'POST /x', 'k-teapot', 200, 'ok');
+ALTER TABLE idem_outbox ADD CONSTRAINT no_test_topics CHECK (topic NOT LIKE 'test-%');
+SELECT outcome FROM idem_enqueue('d', 'test-topic', 'k', 'x'::bytea);
+DO $$
+DECLARE
+	t text;
+	c text;
+BEGIN
+	PERFORM idem_claim('d', 'POST /x', 'test-2');
+EXCEPTION WHEN check_violation THEN
+	GET STACKED DIAGNOSTICS t = TABLE_NAME, c = CONSTRAINT_NAME;
+	RAISE NOTICE 'SQLSTATE %, table %, constraint %', SQLSTATE, t, c;
+END
+$$;
+\set VERBOSITY default
+ALTER TABLE idem_record DROP CONSTRAINT no_test_keys, DROP CONSTRAINT no_teapots;
+ALTER TABLE idem_outbox DROP CONSTRAINT no_test_topics;
+SELECT outcome FROM idem_claim('d', 'POST /x', 'test-1');
+
 DROP EXTENSION idem;

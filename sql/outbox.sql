@@ -152,6 +152,9 @@ SELECT id AS e1 FROM idem_enqueue('acme', 'expiry', 'e1', 'x'::bytea) \gset
 SELECT attempt FROM idem_take('expiry', lease => '10 ms');
 SELECT pg_sleep(0.05);
 SELECT state FROM idem_message('acme', 'expiry', 'e1');
+-- a lease that ran out is not live, even before another take
+SELECT idem_delivered(:e1, 1, 200);
+SELECT idem_retry(:e1, 1);
 SELECT attempt FROM idem_take('expiry');
 SELECT idem_delivered(:e1, 1, 200);
 SELECT idem_delivered(:e1, 2, 200);
@@ -160,6 +163,9 @@ SELECT state, attempt, status FROM idem_message('acme', 'expiry', 'e1');
 SELECT id AS e2 FROM idem_enqueue('acme', 'expiry', 'e2', 'x'::bytea, max_attempts => 1) \gset
 SELECT attempt FROM idem_take('expiry', lease => '10 ms');
 SELECT pg_sleep(0.05);
+-- shown as the next take will leave it
+SELECT state FROM idem_message('acme', 'expiry', 'e2');
+SELECT topic, queued, dead FROM idem_outbox_stats WHERE topic = 'expiry';
 SELECT count(*) FROM idem_take('expiry');
 SELECT state, attempt, last_error FROM idem_message('acme', 'expiry', 'e2');
 
@@ -228,7 +234,7 @@ SELECT count(*) FROM idem_outbox WHERE state IN ('delivered', 'dead');
 SELECT count(*) > 0 AS others_kept FROM idem_outbox;
 -- a purged key can be enqueued again, as a new message
 SELECT outcome FROM idem_enqueue('acme', 'hooks', 'h1', 'body'::bytea);
-SET idem.outbox_retention = '1h';
+SET idem.outbox_retention = '2h';
 SELECT id AS p1 FROM idem_enqueue('acme', 'purge', 'p1', 'x'::bytea) \gset
 SELECT attempt FROM idem_take('purge');
 SELECT idem_delivered(:p1, 1);
@@ -241,8 +247,17 @@ SET idem.max_lease = '1 min';
 SELECT count(*) FROM idem_take('purge', lease => '2 min');
 SET idem.max_retention = '1d';
 SELECT outcome FROM idem_enqueue('acme', 'caps', 'c1', 'x'::bytea);
+SET idem.outbox_retention = '2h';
+SELECT id AS c1 FROM idem_enqueue('acme', 'caps', 'c1', 'x'::bytea) \gset
+SELECT attempt FROM idem_take('caps', lease => '30 s');
+-- the finish dates the expiry: the finisher's setting is held to the cap too
+SET idem.outbox_retention = '30d';
+SELECT idem_delivered(:c1, 1);
+SET idem.outbox_retention = '2h';
+SELECT idem_delivered(:c1, 1);
+-- the retention must outlive the callers' retry window
 SET idem.outbox_retention = '1h';
-SELECT outcome FROM idem_enqueue('acme', 'caps', 'c1', 'x'::bytea);
+SELECT outcome FROM idem_enqueue('acme', 'caps', 'c2', 'x'::bytea);
 RESET idem.max_lease;
 RESET idem.max_retention;
 RESET idem.outbox_retention;
@@ -274,6 +289,9 @@ SELECT idem_delivered(1, NULL);
 SELECT idem_delivered(1, 0);
 SELECT idem_delivered(:p1, 1, 700);
 SELECT idem_retry(:p1, 1, after => '-1 s');
+SET idem.max_body_size = '1kB';
+SELECT idem_retry(:p1, 1, error => repeat('e', 2000));
+RESET idem.max_body_size;
 SELECT idem_message('acme', NULL, 'k');
 SELECT count(*) FROM idem_outbox WHERE key = 'k';
 -- the errors leave the transaction as core's do
@@ -285,6 +303,28 @@ ROLLBACK;
 -- the table is the extension's: PUBLIC may not read or write it
 SELECT has_table_privilege('public', 'idem_outbox', 'SELECT') AS public_reads,
 	   has_table_privilege('public', 'idem_outbox', 'INSERT') AS public_writes;
+-- a take leaves what its own transaction enqueued: that may roll back
+BEGIN;
+SELECT outcome FROM idem_enqueue('acme', 'own', 'o1', 'x'::bytea);
+SELECT count(*) FROM idem_take('own');
+COMMIT;
+SELECT key FROM idem_take('own');
+
+-- the stats view is for pg_monitor, without the payloads; idem_purge()
+-- granted to an operator purges the outbox too
+CREATE ROLE outbox_monitor IN ROLE pg_monitor;
+CREATE ROLE outbox_operator;
+GRANT EXECUTE ON FUNCTION idem_purge() TO outbox_operator;
+SET ROLE outbox_monitor;
+SELECT topic, leased FROM idem_outbox_stats WHERE topic = 'own';
+SELECT count(*) FROM idem_outbox;
+SET ROLE outbox_operator;
+SELECT idem_purge() >= 0 AS purged;
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION idem_purge() FROM outbox_operator;
+DROP ROLE outbox_monitor;
+DROP ROLE outbox_operator;
+
 -- the tenant binding: a bound role enqueues, takes and reads its own
 -- tenant's messages only
 TRUNCATE idem_outbox;
@@ -295,6 +335,7 @@ SELECT outcome FROM idem_enqueue('acme', 'bound', 'a1', 'x'::bytea);
 SELECT outcome FROM idem_enqueue('globex', 'bound', 'g1', 'x'::bytea);
 SELECT id AS g1 FROM idem_outbox WHERE key = 'g1' \gset
 GRANT SELECT ON idem_outbox TO outbox_acme;
+GRANT SELECT ON idem_outbox_stats TO outbox_acme;
 SET ROLE outbox_acme;
 SELECT outcome FROM idem_enqueue('acme', 'bound', 'a2', 'x'::bytea);
 SELECT outcome FROM idem_enqueue('globex', 'bound', 'g2', 'x'::bytea);
@@ -305,8 +346,10 @@ SELECT tenant, key, attempt FROM idem_take('bound', 10) ORDER BY key;
 -- another tenant's message by id
 SELECT idem_delivered(:g1, 1);
 SELECT idem_dead(:g1, 1);
--- reading the table: row-level security shows its own tenant only
+-- reading the table: row-level security shows its own tenant only, and
+-- the stats view too
 SELECT tenant, key FROM idem_outbox ORDER BY key;
+SELECT topic, queued, leased FROM idem_outbox_stats WHERE topic = 'bound';
 -- and it cannot write the table
 UPDATE idem_outbox SET state = 'dead';
 RESET ROLE;
@@ -319,6 +362,7 @@ SELECT idem_dead(:g1, 1);
 SELECT idem_requeue(:g1);
 RESET ROLE;
 REVOKE SELECT ON idem_outbox FROM outbox_acme;
+REVOKE SELECT ON idem_outbox_stats FROM outbox_acme;
 REVOKE EXECUTE ON FUNCTION idem_requeue(bigint) FROM outbox_free;
 SELECT idem_unbind('outbox_acme');
 DROP ROLE outbox_acme;

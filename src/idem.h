@@ -238,6 +238,8 @@ extern const char *outcome_name(IdemOutcome outcome);
 extern void require_primary(const char *function);
 extern void require_primary_for(const char *function, Oid relid,
 								const char *table);
+extern TimestampTz protocol_lease_end(const char *who, TimestampTz now,
+									  Interval *lease);
 extern TimestampTz protocol_time_plus(TimestampTz now, Interval *span,
 									  const char *name);
 extern void protocol_check_cap(const char *who, const char *what,

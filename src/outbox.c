@@ -65,11 +65,8 @@
 #include "access/stratnum.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/index.h"
-#include "catalog/pg_am.h"
 #include "catalog/pg_collation.h"
 #include "commands/async.h"
-#include "commands/defrem.h"
 #include "commands/sequence.h"
 #include "common/pg_prng.h"
 #include "executor/executor.h"
@@ -80,12 +77,14 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/tuplestore.h"
 
+#include "access.h"
 #include "idem.h"
 
 PG_FUNCTION_INFO_V1(idem_enqueue);
@@ -200,6 +199,7 @@ typedef struct OutboxTables
 } OutboxTables;
 
 static OutboxTables tables;
+static AccessChecks checks;
 static bool callback_registered = false;
 
 /* One call's access to the table, from outbox_open() to outbox_close() */
@@ -239,7 +239,10 @@ static void
 outbox_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == tables.outbox)
+	{
 		tables.valid = false;
+		checks.valid = false;
+	}
 }
 
 /*
@@ -251,7 +254,6 @@ look_up_tables(void)
 {
 	Oid			schema;
 	Relation	rel;
-	TupleDesc	desc;
 
 	if (!callback_registered)
 	{
@@ -259,56 +261,19 @@ look_up_tables(void)
 		callback_registered = true;
 	}
 	schema = idem_extension_schema();
-	tables.outbox = OidIsValid(schema) ?
-		get_relname_relid("idem_outbox", schema) : InvalidOid;
-	if (!OidIsValid(tables.outbox))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_outbox\" of extension \"idem\" does not exist in this database"),
-				 errhint("The outbox comes with idem 0.3.0: run ALTER EXTENSION idem UPDATE.")));
+	tables.outbox = access_table("idem_outbox", schema);
 	tables.seq = get_relname_relid("idem_outbox_id_seq", schema);
 	if (!OidIsValid(tables.seq))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("sequence \"idem_outbox_id_seq\" of extension \"idem\" does not exist in this database")));
 	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
-	{
-		Oid			index = get_relname_relid(index_names[i], schema);
-
-		if (!OidIsValid(index) || IndexGetRelation(index, true) != tables.outbox)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("index \"%s\" of extension \"idem\" does not exist in this database",
-							index_names[i])));
-		tables.index[i] = index;
-	}
+		tables.index[i] = access_index_of(index_names[i], schema, tables.outbox);
 
 	rel = table_open(tables.outbox, AccessShareLock);
-	if (rel->rd_rel->relam != HEAP_TABLE_AM_OID)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("table \"idem_outbox\" must use the heap access method"),
-				 errdetail("It uses access method \"%s\".",
-						   get_am_name(rel->rd_rel->relam))));
+	access_require_heap(rel);
 	tables.owner = rel->rd_rel->relowner;
-	desc = RelationGetDescr(rel);
-	for (int c = 0; c < NUM_OUTBOX_COLUMNS; c++)
-	{
-		tables.attnum[c] = InvalidAttrNumber;
-		for (int i = 0; i < desc->natts; i++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, i);
-
-			if (!att->attisdropped &&
-				strcmp(NameStr(att->attname), column_names[c]) == 0)
-				tables.attnum[c] = att->attnum;
-		}
-		if (tables.attnum[c] == InvalidAttrNumber)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_COLUMN),
-					 errmsg("column \"%s\" of table \"idem_outbox\" does not exist",
-							column_names[c])));
-	}
+	access_columns(rel, column_names, NUM_OUTBOX_COLUMNS, tables.attnum);
 	table_close(rel, AccessShareLock);
 	tables.valid = true;
 }
@@ -418,15 +383,21 @@ deform_message(Outbox *ob, Message *m)
 }
 
 /*
- * The state a reader is shown: a lease that ran out is, for a message
- * that may be redelivered, queued (due again), else unknown.
+ * The state a message is in, as the next take will write it: a lease that
+ * ran out leaves a message that may not be redelivered unknown, one whose
+ * run of attempts is used up dead, and any other queued (due again).
+ * Readers are shown this state, and finishing calls decide over it.
  */
 static MessageState
 shown_state(const Message *m, TimestampTz now)
 {
-	if (m->state == MSG_LEASED && m->lease_expires_at <= now)
-		return m->redeliver ? MSG_QUEUED : MSG_UNKNOWN;
-	return m->state;
+	if (m->state != MSG_LEASED || m->lease_expires_at > now)
+		return m->state;
+	if (!m->redeliver)
+		return MSG_UNKNOWN;
+	if (m->attempt - m->attempt_base >= m->max_attempts)
+		return MSG_DEAD;
+	return MSG_QUEUED;
 }
 
 /* Equality of a text column, in "C" */
@@ -441,13 +412,18 @@ text_key(ScanKey skey, AttrNumber attno, const text *value)
 static void
 slot_row(Outbox *ob, Datum **values, bool **nulls)
 {
-	int			natts = ob->slot->tts_tupleDescriptor->natts;
+	TupleDesc	desc = ob->slot->tts_tupleDescriptor;
+	HeapTuple	copy = ExecCopySlotHeapTuple(ob->slot);
 
-	slot_getallattrs(ob->slot);
-	*values = palloc(natts * sizeof(Datum));
-	*nulls = palloc(natts * sizeof(bool));
-	memcpy(*values, ob->slot->tts_values, natts * sizeof(Datum));
-	memcpy(*nulls, ob->slot->tts_isnull, natts * sizeof(bool));
+	/*
+	 * The values of a tuple that a buffer holds point into the page, which
+	 * the slot stops pinning when the new row is stored into it (then
+	 * VACUUM or pruning may move what they point to): they must come from
+	 * a copy of the tuple, not from the slot.
+	 */
+	*values = palloc(desc->natts * sizeof(Datum));
+	*nulls = palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(copy, desc, *values, *nulls);
 }
 
 static inline void
@@ -468,7 +444,7 @@ store_row(Outbox *ob, Datum *values, bool *nulls)
 	memcpy(ob->slot->tts_values, values, natts * sizeof(Datum));
 	memcpy(ob->slot->tts_isnull, nulls, natts * sizeof(bool));
 	ExecStoreVirtualTuple(ob->slot);
-	ExecConstraints(ob->rri, ob->slot, ob->estate);
+	access_check_row(&checks, ob->rel, ob->slot);
 }
 
 /*
@@ -625,6 +601,22 @@ enqueue(Outbox *ob, const NewMessage *nm, Enqueued *out)
 		if (!probe_key(ob, &nm->key))
 			continue;
 
+		/*
+		 * Under REPEATABLE READ or SERIALIZABLE the snapshot may not show
+		 * the message that holds the key: answering duplicate would say
+		 * what the transaction cannot see, so it fails as an INSERT into a
+		 * unique index that another transaction filled meanwhile does
+		 */
+		if (IsolationUsesXactSnapshot() &&
+			!table_tuple_satisfies_snapshot(ob->rel, ob->slot,
+											GetActiveSnapshot()))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent enqueue of idem key \"%s\" of topic \"%s\"",
+							text_to_cstring(nm->key.key),
+							text_to_cstring(nm->key.endpoint)),
+					 errhint("Retry the transaction.")));
+
 		stored = DatumGetByteaPP(COLUMN(ob, O_PAYLOAD, &isnull));
 		out->outcome =
 			VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(nm->payload) &&
@@ -678,33 +670,33 @@ held_back(Outbox *ob, const Message *m)
 	return found;
 }
 
-/* A take's lease, capped by idem.max_lease */
-static TimestampTz
-lease_end(TimestampTz now, Interval *lease)
+/*
+ * idem.outbox_retention, checked where it is used (an enqueue, and the
+ * finish that dates the expiry, whoever's settings are in force there):
+ * over the DBA's cap idem.max_retention it errors, and it must outlive the
+ * callers' retry window, or a business transaction retried after its
+ * message was purged would enqueue it, and send it, again.
+ */
+static void
+check_outbox_retention(void)
 {
-	TimestampTz end;
-
-	if (lease != NULL)
-		end = protocol_time_plus(now, lease, "lease");
-	else
-		end = now + (TimestampTz) idem_lease * 1000;
-	if (end <= now)
+	if (idem_outbox_retention <= idem_retry_window)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be positive"),
-				 errdetail("The lease given was %s.",
-						   DatumGetCString(DirectFunctionCall1(interval_out,
-															   PointerGetDatum(lease))))));
-	protocol_check_cap("take", "lease", now, end,
-					   (int64) idem_max_lease * 1000, lease, "idem.lease",
-					   "idem.max_lease");
-	return end;
+				 errmsg("idem.outbox_retention (%ds) must be longer than idem.retry_window (%ds)",
+						idem_outbox_retention, idem_retry_window),
+				 errdetail("A business transaction retried after its message was purged would send it again.")));
+	protocol_check_cap("enqueue", "retention", 0,
+					   (TimestampTz) idem_outbox_retention * USECS_PER_SEC,
+					   (int64) idem_max_retention * USECS_PER_SEC, NULL,
+					   "idem.outbox_retention", "idem.max_retention");
 }
 
 /* When a finished message is purged */
 static TimestampTz
 expiry(TimestampTz now)
 {
+	check_outbox_retention();
 	return now + (TimestampTz) idem_outbox_retention * USECS_PER_SEC;
 }
 
@@ -779,6 +771,18 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 					   VARSIZE_ANY_EXHDR(t)) != 0)
 				continue;
 		}
+		/*
+		 * A message this transaction enqueued may still roll back: a take
+		 * in the same transaction leaves it (the dispatcher calls out after
+		 * its take commits, and the enqueue commits no earlier)
+		 */
+		{
+			HeapTuple	tuple = ExecFetchSlotHeapTuple(candidate, false, NULL);
+
+			if (!(tuple->t_data->t_infomask & HEAP_UPDATED) &&
+				TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data)))
+				continue;
+		}
 		result = table_tuple_lock(ob->rel, &tid, snapshot, ob->slot,
 								  GetCurrentCommandId(false),
 								  LockTupleNoKeyExclusive, LockWaitSkip, 0,
@@ -791,8 +795,10 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 			continue;
 		if (m.state == MSG_LEASED)
 		{
-			/* its lease ran out */
-			if (!m.redeliver)
+			/* its lease ran out: write what readers were shown */
+			MessageState s = shown_state(&m, ob->now);
+
+			if (s == MSG_UNKNOWN)
 			{
 				slot_row(ob, &values, &nulls);
 				set_column(values, nulls, O_STATE,
@@ -800,7 +806,7 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 				update_row(ob, &m.tid, values, nulls);
 				continue;
 			}
-			if (m.attempt - m.attempt_base >= m.max_attempts)
+			if (s == MSG_DEAD)
 			{
 				finish_row(ob, &m, MSG_DEAD, "the last attempt's lease ran out",
 						   false, 0, NULL);
@@ -903,18 +909,26 @@ lock_by_id(Outbox *ob, int64 id, Message *m)
 }
 
 pg_noreturn static void report_stale(const char *function, const Message *m,
-									 int32 attempt);
+									 MessageState s, int32 attempt);
 
-/* The one place that refuses an answer for an attempt that is not live */
+/*
+ * The one place that refuses an answer for an attempt that is not live: not
+ * the newest take's, or one whose lease ran out (s is the state that
+ * leaves the message in)
+ */
 static void
-report_stale(const char *function, const Message *m, int32 attempt)
+report_stale(const char *function, const Message *m, MessageState s,
+			 int32 attempt)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("%s: attempt %d of outbox message %lld is not its live lease",
 					function, attempt, (long long) m->id),
+			 m->state == MSG_LEASED && s != MSG_LEASED ?
+			 errdetail("The lease of attempt %d ran out; the message is %s.",
+					   m->attempt, state_names[s]) :
 			 errdetail("The message is %s at attempt %d.",
-					   state_names[m->state], m->attempt)));
+					   state_names[s], m->attempt)));
 }
 
 pg_noreturn static void report_no_message(const char *function, int64 id);
@@ -969,6 +983,7 @@ finish(const char *function, int64 id, int32 attempt, FinishHow how,
 	Outbox		ob;
 	Message		m;
 	MessageState result;
+	MessageState s;
 	Datum	   *values;
 	bool	   *nulls;
 
@@ -976,10 +991,10 @@ finish(const char *function, int64 id, int32 attempt, FinishHow how,
 	outbox_open(&ob, true);
 	if (!lock_by_id(&ob, id, &m))
 		report_no_message(function, id);
+	s = shown_state(&m, ob.now);
 	if (m.attempt != attempt || m.attempt == 0 ||
-		!(m.state == MSG_LEASED ||
-		  (how == FINISH_DELIVERED && m.state == MSG_UNKNOWN)))
-		report_stale(function, &m, attempt);
+		!(s == MSG_LEASED || (how == FINISH_DELIVERED && s == MSG_UNKNOWN)))
+		report_stale(function, &m, s, attempt);
 
 	switch (how)
 	{
@@ -1033,10 +1048,14 @@ lease_attempt_from_arg(FunctionCallInfo fcinfo, int argno)
 	return check_attempt(PG_GETARG_INT32(argno));
 }
 
+/* A delivery's error, bounded by idem.max_body_size like the answers */
 static char *
 error_from_arg(FunctionCallInfo fcinfo, int argno)
 {
-	return PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	check_body_size("error", (bytea *) PG_GETARG_TEXT_PP(argno));
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
 /*
@@ -1079,10 +1098,7 @@ enqueue_call(FunctionCallInfo fcinfo, bool jsonb)
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE ||
 		desc->natts != 4)
 		elog(ERROR, "incorrect number of output arguments");
-	protocol_check_cap("enqueue", "retention", 0,
-					   (TimestampTz) idem_outbox_retention * USECS_PER_SEC,
-					   (int64) idem_max_retention * USECS_PER_SEC, NULL,
-					   "idem.outbox_retention", "idem.max_retention");
+	check_outbox_retention();
 
 	outbox_open(&ob, true);
 	enqueue(&ob, &nm, &out);
@@ -1145,10 +1161,19 @@ idem_take(PG_FUNCTION_ARGS)
 	if (rsinfo->setDesc->natts != 8)
 		elog(ERROR, "incorrect number of output arguments");
 	outbox_open(&ob, true);
-	lease_expires_at = lease_end(ob.now, lease);
+	lease_expires_at = protocol_lease_end("take", ob.now, lease);
 	take(&ob, topic, max, lease_expires_at, tenant, rsinfo->setResult,
 		 rsinfo->setDesc);
 	outbox_close(&ob);
+
+	/*
+	 * The dispatcher calls out once the take commits: that commit must be
+	 * durable whatever synchronous_commit says, or a crash could give the
+	 * same attempt to a second take (and make an unknown message due again).
+	 * Its flush makes every earlier commit durable too, the enqueue's
+	 * included.
+	 */
+	ForceSyncCommit();
 	return (Datum) 0;
 }
 
@@ -1283,7 +1308,7 @@ idem_message(PG_FUNCTION_ARGS)
 		row[1] = CStringGetTextDatum(state_names[shown_state(&m, ob.now)]);
 		row[2] = Int32GetDatum(m.attempt);
 		row[3] = TimestampTzGetDatum(m.not_before);
-		for (int i = 0; i < lengthof(copied); i++)
+		for (int i = 0; i < (int) lengthof(copied); i++)
 			row[4 + i] = COLUMN(&ob, copied[i], &nulls[4 + i]);
 		row[7] = TimestampTzGetDatum(m.created_at);
 		row[8] = COLUMN(&ob, O_FINISHED_AT, &nulls[8]);
@@ -1326,11 +1351,19 @@ outbox_purge_batch(TimestampTz now, int batch, bool *more)
 	int			nestlevel;
 	int			rc;
 	uint64		deleted;
+	Oid			userid;
+	int			sec_context;
 
 	*more = false;
 	if (!OidIsValid(schema) ||
 		!OidIsValid(get_relname_relid("idem_outbox", schema)))
 		return 0;
+
+	/* as the table's owner, as every access to it (outbox_open) */
+	(void) outbox_relation();
+	GetUserIdAndSecContext(&userid, &sec_context);
+	SetUserIdAndSecContext(tables.owner,
+						   sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	nestlevel = settings_pin_search_path(schema);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -1350,6 +1383,7 @@ outbox_purge_batch(TimestampTz now, int batch, bool *more)
 	deleted = SPI_processed;
 	SPI_finish();
 	AtEOXact_GUC(true, nestlevel);
+	SetUserIdAndSecContext(userid, sec_context);
 	*more = deleted >= (uint64) batch;
 	return deleted;
 }

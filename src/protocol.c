@@ -296,6 +296,32 @@ protocol_check_cap(const char *who, const char *what, TimestampTz now,
 }
 
 /*
+ * The end of a lease that who (a claim, a take) takes at now: its lease
+ * argument, or idem.lease; an error for one that is not positive or is
+ * over idem.max_lease
+ */
+TimestampTz
+protocol_lease_end(const char *who, TimestampTz now, Interval *lease)
+{
+	TimestampTz end;
+
+	if (lease != NULL)
+		end = protocol_time_plus(now, lease, "lease");
+	else
+		end = now + (TimestampTz) idem_lease * 1000;
+	if (end <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be positive"),
+				 errdetail("The lease given was %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   PointerGetDatum(lease))))));
+	protocol_check_cap(who, "lease", now, end, (int64) idem_max_lease * 1000,
+					   lease, "idem.lease", "idem.max_lease");
+	return end;
+}
+
+/*
  * The lease's end and the expiry of a claim made at now, or an error for a
  * bad lease or retention, or one over the DBA's caps.  The expiry is the retention (the claim's own,
  * or idem.retention) after now, but never before the lease ends, so that a
@@ -305,18 +331,7 @@ static void
 claim_times(TimestampTz now, Interval *lease, Interval *retention,
 			TimestampTz *lease_expires_at, TimestampTz *expires_at)
 {
-	if (lease != NULL)
-		*lease_expires_at = protocol_time_plus(now, lease, "lease");
-	else
-		*lease_expires_at = now + (TimestampTz) idem_lease * 1000;
-	if (*lease_expires_at <= now)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be positive"),
-				 errdetail("The lease given was %s.",
-						   DatumGetCString(DirectFunctionCall1(interval_out,
-															   PointerGetDatum(lease))))));
-
+	*lease_expires_at = protocol_lease_end("claim", now, lease);
 	if (retention != NULL)
 	{
 		*expires_at = protocol_time_plus(now, retention, "retention");
@@ -334,9 +349,6 @@ claim_times(TimestampTz now, Interval *lease, Interval *retention,
 	}
 	else
 		*expires_at = now + (TimestampTz) idem_retention * USECS_PER_SEC;
-	protocol_check_cap("claim", "lease", now, *lease_expires_at,
-			  (int64) idem_max_lease * 1000, lease, "idem.lease",
-			  "idem.max_lease");
 	protocol_check_cap("claim", "retention", now, *expires_at,
 			  (int64) idem_max_retention * USECS_PER_SEC, retention,
 			  "idem.retention", "idem.max_retention");

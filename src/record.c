@@ -48,8 +48,13 @@
  * rows of the buckets it deletes from here (idem_hold_floor), without
  * waiting, so that its trigger never waits for another transaction.
  *
- * The table's CHECK constraints are not run by a heap insert: the values
- * written are checked here first (record_check).
+ * A heap insert or update applies none of the table's constraints: every
+ * row written goes through ExecConstraints first (access_check_row), so a
+ * CHECK that a DBA adds is enforced here as on the SQL way, its error
+ * naming the constraint and the table.  Row triggers are not fired on this
+ * path: idem_record has none, and one that a DBA adds fires only for the
+ * SQL way's writes (doc/choices.md); the statement trigger on DELETE fires
+ * for the SQL that deletes.
  *
  * A table that Citus distributes goes through SQL (record_sql.c) for every
  * operation: on a coordinator the local table is an empty shell.  The same
@@ -75,9 +80,6 @@
 #include "access/stratnum.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/index.h"
-#include "catalog/pg_am.h"
-#include "commands/defrem.h"
 #include "catalog/pg_collation.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -92,6 +94,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "access.h"
 #include "record.h"
 
 /* idem_record's columns, found by name when the table is looked up */
@@ -147,6 +150,7 @@ typedef struct RecordTables
 } RecordTables;
 
 static RecordTables tables;
+static AccessChecks checks;
 static bool callback_registered = false;
 
 /* One open bracket's state */
@@ -174,20 +178,10 @@ static void
 record_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == tables.record || relid == tables.floor)
+	{
 		tables.valid = false;
-}
-
-static Oid
-index_of(const char *name, Oid schema, Oid table)
-{
-	Oid			index = get_relname_relid(name, schema);
-
-	if (!OidIsValid(index) || IndexGetRelation(index, true) != table)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("index \"%s\" of extension \"idem\" does not exist in this database",
-						name)));
-	return index;
+		checks.valid = false;
+	}
 }
 
 /*
@@ -200,7 +194,6 @@ look_up_tables(void)
 {
 	Oid			schema;
 	Relation	rel;
-	TupleDesc	desc;
 
 	if (!callback_registered)
 	{
@@ -209,52 +202,22 @@ look_up_tables(void)
 	}
 
 	schema = idem_extension_schema();
-	tables.record = OidIsValid(schema) ?
-		get_relname_relid("idem_record", schema) : InvalidOid;
-	if (!OidIsValid(tables.record))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
+	tables.record = access_table("idem_record", schema);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	tables.distributed = sql_distributed(tables.record);
 	SPI_finish();
 
-	tables.floor = get_relname_relid("idem_attempt_floor", schema);
-	if (!OidIsValid(tables.floor))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_attempt_floor\" of extension \"idem\" does not exist in this database")));
-	tables.key_index = index_of("idem_record_key", schema, tables.record);
-	tables.floor_index = index_of("idem_attempt_floor_pkey", schema,
+	tables.floor = access_table("idem_attempt_floor", schema);
+	tables.key_index = access_index_of("idem_record_key", schema, tables.record);
+	tables.floor_index = access_index_of("idem_attempt_floor_pkey", schema,
 								  tables.floor);
 
 	rel = table_open(tables.record, AccessShareLock);
-	if (!tables.distributed && rel->rd_rel->relam != HEAP_TABLE_AM_OID)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("table \"idem_record\" must use the heap access method"),
-				 errdetail("It uses access method \"%s\".",
-						   get_am_name(rel->rd_rel->relam))));
+	if (!tables.distributed)
+		access_require_heap(rel);
 	tables.owner = rel->rd_rel->relowner;
-	desc = RelationGetDescr(rel);
-	for (int c = 0; c < NUM_COLUMNS; c++)
-	{
-		tables.attnum[c] = InvalidAttrNumber;
-		for (int i = 0; i < desc->natts; i++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, i);
-
-			if (!att->attisdropped &&
-				strcmp(NameStr(att->attname), column_names[c]) == 0)
-				tables.attnum[c] = att->attnum;
-		}
-		if (tables.attnum[c] == InvalidAttrNumber)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_COLUMN),
-					 errmsg("column \"%s\" of table \"idem_record\" does not exist",
-							column_names[c])));
-	}
+	access_columns(rel, column_names, NUM_COLUMNS, tables.attnum);
 	table_close(rel, AccessShareLock);
 	tables.valid = true;
 }
@@ -669,32 +632,6 @@ record_unlock(const IdemKey *key)
 		sql_unlock(key);
 }
 
-/*
- * The table's CHECK constraints, which a heap insert or update does not
- * run, over the values about to be written.
- */
-static void
-record_check(const Datum *values, const bool *nulls)
-{
-	const char *failed = NULL;
-
-	if (nulls[tables.attnum[C_ATTEMPT] - 1] ||
-		DatumGetInt32(values[tables.attnum[C_ATTEMPT] - 1]) < 1)
-		failed = "idem_record_attempt_check";
-	else if (!nulls[tables.attnum[C_STATUS] - 1] &&
-			 (DatumGetInt32(values[tables.attnum[C_STATUS] - 1]) < 100 ||
-			  DatumGetInt32(values[tables.attnum[C_STATUS] - 1]) > 599))
-		failed = "idem_record_status_check";
-	else if (!nulls[tables.attnum[C_FINGERPRINT] - 1] &&
-			 VARSIZE_ANY_EXHDR(DatumGetPointer(values[tables.attnum[C_FINGERPRINT] - 1])) != IDEM_FINGERPRINT_LEN)
-		failed = "idem_record_fingerprint_check";
-	if (failed != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_CHECK_VIOLATION),
-				 errmsg("new row for relation \"idem_record\" violates check constraint \"%s\"",
-						failed)));
-}
-
 /* Store a value in a row being built */
 static void
 set_column(Datum *values, bool *nulls, RecordColumn c, Datum value,
@@ -897,11 +834,11 @@ update_row(ItemPointer tid, Datum *values, bool *nulls)
 	TupleTableSlot *slot = acc.slot;
 	bool		only_summarizing;
 
-	record_check(values, nulls);
 	ExecClearTuple(slot);
 	memcpy(slot->tts_values, values, slot->tts_tupleDescriptor->natts * sizeof(Datum));
 	memcpy(slot->tts_isnull, nulls, slot->tts_tupleDescriptor->natts * sizeof(bool));
 	ExecStoreVirtualTuple(slot);
+	access_check_row(&checks, acc.rel, slot);
 	if (idem_simple_update(acc.rel, tid, slot, GetActiveSnapshot(),
 						   &only_summarizing))
 		idem_insert_index_tuples(acc.rri, acc.estate, slot, false,
@@ -960,12 +897,11 @@ record_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
 			   TimestampTzGetDatum(lease_expires_at), false);
 	set_column(values, nulls, C_EXPIRES_AT, TimestampTzGetDatum(expires_at),
 			   false);
-	record_check(values, nulls);
-
 	ExecClearTuple(slot);
 	memcpy(slot->tts_values, values, natts * sizeof(Datum));
 	memcpy(slot->tts_isnull, nulls, natts * sizeof(bool));
 	ExecStoreVirtualTuple(slot);
+	access_check_row(&checks, acc.rel, slot);
 
 	token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 	table_tuple_insert_speculative(acc.rel, slot,
@@ -1041,13 +977,17 @@ lock_probed(bool wait)
 static void
 slot_row(Datum **values, bool **nulls)
 {
-	int			natts = acc.slot->tts_tupleDescriptor->natts;
+	TupleDesc	desc = acc.slot->tts_tupleDescriptor;
+	HeapTuple	copy = ExecCopySlotHeapTuple(acc.slot);
 
-	slot_getallattrs(acc.slot);
-	*values = palloc(natts * sizeof(Datum));
-	*nulls = palloc(natts * sizeof(bool));
-	memcpy(*values, acc.slot->tts_values, natts * sizeof(Datum));
-	memcpy(*nulls, acc.slot->tts_isnull, natts * sizeof(bool));
+	/*
+	 * The values of a tuple that a buffer holds point into the page, which
+	 * the slot stops pinning when the new row is stored into it: they must
+	 * come from a copy of the tuple, not from the slot.
+	 */
+	*values = palloc(desc->natts * sizeof(Datum));
+	*nulls = palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(copy, desc, *values, *nulls);
 }
 
 /*

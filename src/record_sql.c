@@ -68,6 +68,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "access.h"
 #include "record.h"
 
 typedef enum RecordPlan
@@ -295,12 +296,7 @@ prepare_plans(void)
 	}
 
 	schema = idem_extension_schema();
-	record_relid = OidIsValid(schema) ?
-		get_relname_relid("idem_record", schema) : InvalidOid;
-	if (!OidIsValid(record_relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idem_record\" of extension \"idem\" does not exist in this database")));
+	record_relid = access_table("idem_record", schema);
 	qualified = quote_qualified_identifier(get_namespace_name(schema),
 										   "idem_record");
 	qualified_floor = quote_qualified_identifier(get_namespace_name(schema),

@@ -1,5 +1,5 @@
 // Type declarations of pg-idem (hand-written).
-import type { Pool, PoolClient } from 'pg';
+import type { ClientBase, Pool, PoolClient } from 'pg';
 
 /** The scope of a record: tenant + endpoint + key, and how to claim it. */
 export interface Scope {
@@ -106,3 +106,104 @@ export function canonicalJson(value: unknown): string;
 export function fingerprint(method: string, path: string, body: unknown): Buffer;
 export const MAX_KEY_LENGTH: 255;
 
+
+// The outbox
+
+/** A message for idem_enqueue. */
+export interface EnqueueOptions {
+  tenant: string;
+  topic: string;
+  key: string;
+  /** a Buffer (or Uint8Array) as bytea, a string as text, anything else as its JSON (jsonb) */
+  payload: Buffer | Uint8Array | string | object | number | boolean | null;
+  /** sent with the message: names to strings or arrays of strings */
+  headers?: Headers | null;
+  /** not due before this time */
+  notBefore?: Date | string | null;
+  /** due only once every earlier message of its (tenant, topic, orderingKey) is delivered or dead */
+  orderingKey?: string | null;
+  /** attempts before the message is dead (default idem.outbox_max_attempts) */
+  maxAttempts?: number | null;
+  /** false: a lease that runs out makes the message `unknown` instead of due again (default true) */
+  redeliver?: boolean;
+}
+
+/** What idem_enqueue answered. */
+export interface Enqueued {
+  /** duplicate: the key exists with the same payload; mismatch: with another; neither changes anything */
+  outcome: 'enqueued' | 'duplicate' | 'mismatch';
+  /** the message's id (a bigint, as a string) */
+  id: string;
+  state: 'queued' | 'leased' | 'delivered' | 'dead' | 'unknown';
+  createdAt: Date;
+}
+
+/** Write an outbound message in the client's transaction: delivered only if it commits. */
+export function enqueue(client: ClientBase, message: EnqueueOptions): Promise<Enqueued>;
+
+/** A message as a handler gets it. */
+export interface OutboxMessage {
+  /** a bigint, as a string */
+  id: string;
+  tenant: string;
+  topic: string;
+  key: string;
+  payload: Buffer;
+  headers: Headers;
+  /** 1 on the first take, one more on each: the fencing token of this lease */
+  attempt: number;
+  leaseExpiresAt: Date;
+  /** `tenant/topic/key`, the same on every attempt: the receiver's idempotency key */
+  idempotencyKey: string;
+}
+
+/** A handler's answer: nothing, or no status, is delivered. */
+export interface DeliveryResult {
+  /** 2xx delivered; 408, 429, 5xx retried; anything else dead */
+  status?: number | null;
+  /** stored with a delivered message */
+  body?: Buffer | Uint8Array | string | object | null;
+  /** seconds until a retry (default: idem's backoff) */
+  retryAfter?: number | null;
+}
+
+interface DispatcherCommon {
+  pool: Pool;
+  topic: string;
+  /** deliveries at once (default 4) */
+  concurrency?: number;
+  /** messages per take at most (default concurrency; never more than the free slots) */
+  batchSize?: number;
+  /** milliseconds a take leases a message for (default 30000) */
+  lease?: number;
+  /** milliseconds a delivery may take, shorter than the lease (default 10000) */
+  timeout?: number;
+  /** take only this tenant's messages (default every tenant's) */
+  tenant?: string | null;
+  /** milliseconds between takes without a notification (default 1000) */
+  pollInterval?: number;
+  /** default console */
+  logger?: Logger;
+}
+
+export interface Logger {
+  info(message: string): void;
+  warn(message: string): void;
+  error(message: string): void;
+}
+
+export type DispatcherOptions = DispatcherCommon & (
+  /** POST the payload there, with Idempotency-Key, the message's headers and Idem-Attempt */
+  | { url: string | URL; handler?: never }
+  | { handler: (message: OutboxMessage, context: { signal: AbortSignal }) =>
+        Promise<DeliveryResult | void> | DeliveryResult | void; url?: never }
+);
+
+export interface Dispatcher {
+  /** resolves once it LISTENs; a second call returns the same promise; rejects after stop() */
+  start(): Promise<void>;
+  /** resolves once the deliveries in flight are recorded and the LISTEN client is released */
+  stop(): Promise<void>;
+}
+
+export function createDispatcher(options: DispatcherOptions): Dispatcher;

@@ -4,13 +4,14 @@
 //   app.register(idem.fastify, { pool, tenant: (request) => request.user.tenant });  // fastify
 //   app.post('/orders', express.json(), idem.express({ pool, tenant }), handler);     // Express
 //   const r = await idem.withIdempotency(pool, { tenant, endpoint, key }, async (client) => ...);
-//
-// The outbox (enqueue, createDispatcher) comes with idem's outbox.
+//   await idem.enqueue(client, { tenant, topic, key, payload });   // the outbox, in your transaction
+//   idem.createDispatcher({ pool, topic, url }).start();           // delivers it
 'use strict';
 
 const core = require('./lib/core');
 const fastify = require('./lib/fastify');
 const express = require('./lib/express');
+const outbox = require('./lib/outbox');
 
 /**
  * Run `fn` at most once per (tenant, endpoint, key), in the claim's
@@ -89,6 +90,8 @@ module.exports = {
   fastify,
   express,
   withIdempotency,
+  enqueue: outbox.enqueue,
+  createDispatcher: outbox.createDispatcher,
   IdemError: core.IdemError,
   canonicalJson: core.canonicalJson,
   fingerprint: core.fingerprintOf,

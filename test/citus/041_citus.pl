@@ -95,6 +95,20 @@ is($coord->safe_psql('postgres', q{
 	  FROM pg_dist_object o JOIN pg_proc p ON o.classid = 'pg_proc'::regclass AND o.objid = p.oid}),
 	'20|20', 'idem_distribute(), twice: every per-key function delegated by tenant, co-located with idem_record');
 
+# the outbox stays a table of the coordinator (0.3.0), and works there as
+# on one server: enqueue in a business transaction, take, deliver
+is($coord->safe_psql('postgres', q{
+	SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = 'idem_outbox'::regclass;
+	BEGIN;
+	SELECT outcome FROM idem_enqueue('acme', 'mail', 'm1', 'x'::bytea);
+	SELECT outcome FROM idem_enqueue('acme', 'mail', 'm1', 'x'::bytea);
+	COMMIT;
+	SELECT key, attempt FROM idem_take('mail');
+	SELECT idem_delivered(id, 1, 200) FROM idem_outbox WHERE key = 'm1';
+	SELECT state, status FROM idem_message('acme', 'mail', 'm1')}),
+	"0\nenqueued\nduplicate\nm1|1\n\ndelivered|200",
+	'the outbox is a local table of the coordinator, left by idem_distribute(), and works there');
+
 # the application's business table, co-located by tenant
 $coord->safe_psql('postgres', q{
 	CREATE TABLE orders (tenant text COLLATE "C" NOT NULL, key text NOT NULL,

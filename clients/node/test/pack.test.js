@@ -20,7 +20,7 @@ test('npm pack gives a tarball that installs and runs in a clean project', { tim
     const packed = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', tmp], { cwd: pkgDir }));
     const info = Array.isArray(packed) ? packed[0] : packed['pg-idem'];
     const files = info.files.map((f) => f.path).sort();
-    for (const f of ['index.js', 'index.mjs', 'index.d.ts', 'lib/core.js', 'lib/fastify.js', 'lib/express.js', 'package.json', 'README.md']) {
+    for (const f of ['index.js', 'index.mjs', 'index.d.ts', 'lib/core.js', 'lib/fastify.js', 'lib/express.js', 'lib/outbox.js', 'package.json', 'README.md']) {
       assert.ok(files.includes(f), `the tarball has ${f}: ${files.join(' ')}`);
     }
     assert.ok(!files.some((f) => f.startsWith('test/') || f.startsWith('node_modules/')), files.join(' '));
@@ -40,14 +40,18 @@ test('npm pack gives a tarball that installs and runs in a clean project', { tim
           async () => ({ status: 200, body: 'packed' }));
         const a = await run();
         const b = await run();
+        const client = await pool.connect();
+        const e = await idem.enqueue(client, { tenant: 'pack', topic: 'pack', key, payload: 'x' });
+        client.release();
         await pool.end();
-        console.log(JSON.stringify({ a: a.outcome, b: b.outcome, body: String(b.body),
-          esm: typeof esm.withIdempotency === 'function' && esm.fastify === idem.fastify,
+        console.log(JSON.stringify({ a: a.outcome, b: b.outcome, body: String(b.body), enqueued: e.outcome,
+          esm: typeof esm.withIdempotency === 'function' && esm.fastify === idem.fastify
+            && esm.createDispatcher === idem.createDispatcher,
           express: typeof idem.express, from: require.resolve('pg-idem') }));
       })().catch((e) => { console.error(e); process.exit(1); });
     `);
     const out = JSON.parse(execFileSync(process.execPath, ['app.js'], { cwd: app, env: process.env }));
-    assert.deepEqual({ ...out, from: undefined }, { a: 'claimed', b: 'replay', body: 'packed', esm: true, express: 'function', from: undefined });
+    assert.deepEqual({ ...out, from: undefined }, { a: 'claimed', b: 'replay', body: 'packed', enqueued: 'enqueued', esm: true, express: 'function', from: undefined });
     assert.ok(out.from.startsWith(path.join(app, 'node_modules', 'pg-idem')), out.from);
     const types = JSON.parse(fs.readFileSync(path.join(app, 'node_modules', 'pg-idem', 'package.json'))).types;
     assert.ok(fs.existsSync(path.join(app, 'node_modules', 'pg-idem', types)));

@@ -4,6 +4,7 @@
 'use strict';
 
 const { randomUUID } = require('node:crypto');
+const http = require('node:http');
 const { Pool } = require('pg');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -111,8 +112,37 @@ async function until(fn, what, ms = 30000) {
   }
 }
 
+/**
+ * An HTTP receiver on a free port: `answer(request, body)` gives
+ * `{status, headers, body}` (or a promise of it); every request is kept in
+ * `requests` with its headers, body bytes and arrival time.
+ */
+async function receiver(answer) {
+  const requests = [];
+  const server = http.createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', async () => {
+      const request = { headers: req.headers, body: Buffer.concat(chunks), at: Date.now() };
+      requests.push(request);
+      const a = await answer(request);
+      res.writeHead(a.status, a.headers || {});
+      res.end(a.body ?? '');
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/hook`,
+    requests,
+    close: () => {
+      server.closeAllConnections();
+      return new Promise((r) => server.close(r));
+    },
+  };
+}
+
 function newPool() {
   return new Pool({ max: 20 });
 }
 
-module.exports = { setupDatabase, Gates, routes, call, until, sleep, newPool, randomUUID };
+module.exports = { setupDatabase, Gates, routes, call, until, sleep, newPool, randomUUID, receiver };

@@ -25,7 +25,9 @@ with psycopg.connect("", autocommit=True) as conn:
             outcomes.append(c.outcome)
             if c.outcome == "claimed":
                 c.respond(200, b"built")
-print(json.dumps({"outcomes": outcomes, "body": c.body.decode(), "file": pg_idem.__file__,
+    enqueued = pg_idem.enqueue(conn, "artefact", "job", key, {"built": True}).outcome
+print(json.dumps({"outcomes": outcomes, "body": c.body.decode(), "enqueued": enqueued,
+                  "file": pg_idem.__file__,
                   "typed": __import__("os").path.exists(__import__("os").path.join(
                       __import__("os").path.dirname(pg_idem.__file__), "py.typed"))}))
 """
@@ -42,8 +44,8 @@ def test_build_install_and_run(db: Any) -> None:
         wheel = next(dist.glob("pg_idem-0.3.0-*.whl"))
         sdist = next(dist.glob("pg-idem-0.3.0.tar.gz"), None) or next(dist.glob("pg_idem-0.3.0.tar.gz"))
         names = zipfile.ZipFile(wheel).namelist()
-        for f in ["pg_idem/__init__.py", "pg_idem/_claim.py", "pg_idem/_http.py", "pg_idem/asgi.py",
-                  "pg_idem/django.py", "pg_idem/py.typed"]:
+        for f in ["pg_idem/__init__.py", "pg_idem/_claim.py", "pg_idem/_http.py", "pg_idem/_outbox.py",
+                  "pg_idem/asgi.py", "pg_idem/django.py", "pg_idem/py.typed"]:
             assert f in names, names
         assert not any(n.startswith("tests/") for n in names)
         assert any(n.endswith("src/pg_idem/py.typed") for n in tarfile.open(sdist).getnames())
@@ -58,6 +60,6 @@ def test_build_install_and_run(db: Any) -> None:
         import json
 
         r = json.loads(out.stdout)
-        assert r["outcomes"] == ["claimed", "replay"] and r["body"] == "built"
+        assert r["outcomes"] == ["claimed", "replay"] and r["body"] == "built" and r["enqueued"] == "enqueued"
         assert r["file"].startswith(str(venv)), r["file"]
         assert r["typed"]

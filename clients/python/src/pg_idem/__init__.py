@@ -13,14 +13,21 @@ around one claim of ``idem_claim``::
             ...  # in_progress, mismatch, unknown: answer 409 / 422
 
 The integrations are ``pg_idem.asgi`` (Starlette, FastAPI) and
-``pg_idem.django``.  The outbox (``enqueue``, ``Dispatcher``) comes with
-idem's outbox.
+``pg_idem.django``.  The outbox: ``enqueue`` writes a message in the
+caller's transaction, a ``Dispatcher`` delivers it::
+
+    pg_idem.enqueue(conn, "acme", "invoices", key, {"order": 7})
+    pg_idem.Dispatcher("dbname=shop", "invoices", url="https://billing.example/hooks").run()
 """
 
 from __future__ import annotations
 
 from ._claim import Claim, IdemError, aclaim, claim
 from ._http import canonical_json, request_fingerprint
+from ._outbox import Dispatcher, Enqueued, Message, Reply, enqueue
 
-__all__ = ["Claim", "IdemError", "aclaim", "claim", "canonical_json", "request_fingerprint"]
+__all__ = [
+    "Claim", "IdemError", "aclaim", "claim", "canonical_json", "request_fingerprint",
+    "Dispatcher", "Enqueued", "Message", "Reply", "enqueue",
+]
 __version__ = "0.3.0"

@@ -1,0 +1,136 @@
+/*-------------------------------------------------------------------------
+ *
+ * access.c
+ *	  Looking up a table of idem's for direct access: its indexes by name,
+ *	  its access method, its columns by name.
+ *
+ * record.c (idem_record) and outbox.c (idem_outbox) read heap tuples and
+ * write through index and heap access methods; both look their table up
+ * once per backend and again after a relcache invalidation, with these
+ * functions, so that a table that is not what the install script made (an
+ * index dropped, a column renamed, another access method) is refused with
+ * a message naming what is missing rather than read wrongly.  Columns are
+ * found by name, not by position, so a dropped column or a column added by
+ * an upgrade script does not move them.
+ *
+ * A heap insert or update applies none of the table's constraints: the row
+ * about to be written goes through ExecConstraints first, as
+ * execReplication.c does, so that a CHECK a DBA or a later release adds is
+ * enforced here too and its error names the constraint and the table.
+ * Preparing the constraints' expressions costs more than the write itself,
+ * so they are prepared once per backend, in an executor state that lives
+ * until the table's relcache entry is invalidated (the caller then clears
+ * "valid").
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/index.h"
+#include "catalog/pg_am.h"
+#include "commands/defrem.h"
+#include "executor/executor.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "access.h"
+
+/*
+ * The OID of table name in schema (the extension's, InvalidOid when it is
+ * not installed); an error if there is none
+ */
+Oid
+access_table(const char *name, Oid schema)
+{
+	Oid			table = OidIsValid(schema) ?
+		get_relname_relid(name, schema) : InvalidOid;
+
+	if (!OidIsValid(table))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"%s\" of extension \"idem\" does not exist in this database",
+						name)));
+	return table;
+}
+
+/* The OID of index name of table, in schema; an error if there is none */
+Oid
+access_index_of(const char *name, Oid schema, Oid table)
+{
+	Oid			index = get_relname_relid(name, schema);
+
+	if (!OidIsValid(index) || IndexGetRelation(index, true) != table)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("index \"%s\" of extension \"idem\" does not exist in this database",
+						name)));
+	return index;
+}
+
+/* Direct access reads heap tuples: refuse a table of another access method */
+void
+access_require_heap(Relation rel)
+{
+	if (rel->rd_rel->relam != HEAP_TABLE_AM_OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("table \"%s\" must use the heap access method",
+						RelationGetRelationName(rel)),
+				 errdetail("It uses access method \"%s\".",
+						   get_am_name(rel->rd_rel->relam))));
+}
+
+/* The attribute numbers of the n columns names of rel; an error for one missing */
+void
+access_columns(Relation rel, const char *const *names, int n,
+			   AttrNumber *attnum)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int c = 0; c < n; c++)
+	{
+		attnum[c] = InvalidAttrNumber;
+		for (int i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+
+			if (!att->attisdropped &&
+				strcmp(NameStr(att->attname), names[c]) == 0)
+				attnum[c] = att->attnum;
+		}
+		if (attnum[c] == InvalidAttrNumber)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_COLUMN),
+					 errmsg("column \"%s\" of table \"%s\" does not exist",
+							names[c], RelationGetRelationName(rel))));
+	}
+}
+
+/*
+ * Apply rel's constraints to the row in slot: an error (23514, 23502) if
+ * it breaks one.  The prepared expressions are kept in checks; a caller
+ * clears checks->valid when rel's relcache entry is invalidated.
+ */
+void
+access_check_row(AccessChecks *checks, Relation rel, TupleTableSlot *slot)
+{
+	if (!checks->valid)
+	{
+		MemoryContext old;
+
+		if (checks->estate != NULL)
+			FreeExecutorState(checks->estate);
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		checks->estate = CreateExecutorState();
+		MemoryContextSwitchTo(checks->estate->es_query_cxt);
+		checks->rri = makeNode(ResultRelInfo);
+		InitResultRelInfo(checks->rri, rel, 0, NULL, 0);
+		MemoryContextSwitchTo(old);
+		checks->valid = true;
+	}
+	/* the relcache entry of an open relation keeps its address */
+	checks->rri->ri_RelationDesc = rel;
+	ExecConstraints(checks->rri, slot, checks->estate);
+	ResetPerTupleExprContext(checks->estate);
+}

@@ -1,0 +1,35 @@
+/*-------------------------------------------------------------------------
+ *
+ * access.h
+ *	  What record.c and outbox.c share to reach a table of idem's directly.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_ACCESS_H
+#define IDEM_ACCESS_H
+
+#include "executor/tuptable.h"
+#include "nodes/execnodes.h"
+#include "utils/rel.h"
+
+/*
+ * A table's CHECK and NOT NULL constraints, as ExecConstraints applies
+ * them, with the expressions prepared once per backend (in an executor
+ * state of their own) rather than once per call
+ */
+typedef struct AccessChecks
+{
+	bool		valid;
+	EState	   *estate;
+	ResultRelInfo *rri;
+} AccessChecks;
+
+extern Oid	access_table(const char *name, Oid schema);
+extern Oid	access_index_of(const char *name, Oid schema, Oid table);
+extern void access_require_heap(Relation rel);
+extern void access_check_row(AccessChecks *checks, Relation rel,
+							 TupleTableSlot *slot);
+extern void access_columns(Relation rel, const char *const *names, int n,
+						   AttrNumber *attnum);
+
+#endif							/* IDEM_ACCESS_H */
