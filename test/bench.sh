@@ -371,8 +371,9 @@ S
 	for c in $(seq 10); do
 		{
 			echo "SELECT count(*) FROM (SELECT idem_enqueue('size', 'size', 'c$c-' || g, $OB_PAYLOAD) FROM generate_series(1, $OB_SIZE) g) e;"
-			# a delivery sets its message's expiry: 1 s later, for the purge
-			echo "SET idem.outbox_retention = '1s';"
+			# a delivery sets its message's expiry: 2 s later, for the purge
+			# (the retention must outlive the retry window: 1 s here)
+			echo "SET idem.retry_window = '1s'; SET idem.outbox_retention = '2s';"
 			for r in $(seq $((OB_SIZE / OB_TAKE))); do
 				echo "SELECT array_agg(id) AS ids, array_agg(attempt) AS attempts FROM idem_take('size', $OB_TAKE) \\gset"
 				echo "SELECT count(*) FROM (SELECT idem_delivered(i, a) FROM unnest(:'ids'::bigint[], :'attempts'::int[]) u(i, a)) d;"
@@ -381,7 +382,7 @@ S
 		[ "$(PGDATABASE=obsize q "SELECT count(*) FROM idem_outbox WHERE state <> 'delivered'")" = 0 ] ||
 			{ say "outbox size: cycle $c did not deliver every message" >&2; exit 1; }
 		full=$(PGDATABASE=obsize q "SELECT pg_total_relation_size('idem_outbox')")
-		psql -X -q -d obsize -v ON_ERROR_STOP=1 -c 'SELECT pg_sleep(1.1)' -c 'SELECT idem_purge()' \
+		psql -X -q -d obsize -v ON_ERROR_STOP=1 -c 'SELECT pg_sleep(2.1)' -c 'SELECT idem_purge()' \
 			-c 'VACUUM idem_outbox' >/dev/null
 		[ "$(PGDATABASE=obsize q "SELECT count(*) FROM idem_outbox")" = 0 ] ||
 			{ say "outbox size: the purge of cycle $c left messages" >&2; exit 1; }
