@@ -31,6 +31,9 @@
 #include "catalog/pg_am.h"
 #include "commands/defrem.h"
 #include "executor/executor.h"
+#include "utils/snapmgr.h"
+
+#include "compat.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
@@ -133,4 +136,56 @@ access_check_row(AccessChecks *checks, Relation rel, TupleTableSlot *slot)
 	checks->rri->ri_RelationDesc = rel;
 	ExecConstraints(checks->rri, slot, checks->estate);
 	ResetPerTupleExprContext(checks->estate);
+}
+
+/*
+ * The row in slot (a locked tuple), as values to change and write back.
+ * The values of a tuple that a buffer holds point into the page, which the
+ * slot stops pinning when the new row is stored into it (then VACUUM or
+ * pruning may move what they point to): they come from a copy of the
+ * tuple, in the current memory context, not from the slot.
+ */
+void
+access_copy_row(TupleTableSlot *slot, Datum **values, bool **nulls)
+{
+	TupleDesc	desc = slot->tts_tupleDescriptor;
+	HeapTuple	copy = ExecCopySlotHeapTuple(slot);
+
+	*values = palloc(desc->natts * sizeof(Datum));
+	*nulls = palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(copy, desc, *values, *nulls);
+}
+
+/* Put a row into slot and apply rel's constraints to it */
+void
+access_store_row(AccessChecks *checks, Relation rel, TupleTableSlot *slot,
+				 const Datum *values, const bool *nulls)
+{
+	int			natts = slot->tts_tupleDescriptor->natts;
+
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, values, natts * sizeof(Datum));
+	memcpy(slot->tts_isnull, nulls, natts * sizeof(bool));
+	ExecStoreVirtualTuple(slot);
+	access_check_row(checks, rel, slot);
+}
+
+/*
+ * Replace the version at tid (locked or inserted by this transaction) with
+ * the row in values, and give it index entries unless it is a HOT update
+ */
+void
+access_update_row(AccessChecks *checks, Relation rel, ResultRelInfo *rri,
+				  EState *estate, TupleTableSlot *slot, ItemPointer tid,
+				  const Datum *values, const bool *nulls)
+{
+	bool		only_summarizing;
+
+	access_store_row(checks, rel, slot, values, nulls);
+	if (idem_simple_update(rel, tid, slot, GetActiveSnapshot(),
+						   &only_summarizing))
+		idem_insert_index_tuples(rri, estate, slot, false, only_summarizing,
+								 NULL, NIL);
+	CommandCounterIncrement();
+	ResetPerTupleExprContext(estate);
 }

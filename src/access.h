@@ -29,6 +29,15 @@ extern Oid	access_index_of(const char *name, Oid schema, Oid table);
 extern void access_require_heap(Relation rel);
 extern void access_check_row(AccessChecks *checks, Relation rel,
 							 TupleTableSlot *slot);
+extern void access_copy_row(TupleTableSlot *slot, Datum **values,
+							bool **nulls);
+extern void access_store_row(AccessChecks *checks, Relation rel,
+							 TupleTableSlot *slot, const Datum *values,
+							 const bool *nulls);
+extern void access_update_row(AccessChecks *checks, Relation rel,
+							  ResultRelInfo *rri, EState *estate,
+							  TupleTableSlot *slot, ItemPointer tid,
+							  const Datum *values, const bool *nulls);
 extern void access_columns(Relation rel, const char *const *names, int n,
 						   AttrNumber *attnum);
 

@@ -408,24 +408,6 @@ text_key(ScanKey skey, AttrNumber attno, const text *value)
 						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(value));
 }
 
-/* The row in the slot, to be changed and written back */
-static void
-slot_row(Outbox *ob, Datum **values, bool **nulls)
-{
-	TupleDesc	desc = ob->slot->tts_tupleDescriptor;
-	HeapTuple	copy = ExecCopySlotHeapTuple(ob->slot);
-
-	/*
-	 * The values of a tuple that a buffer holds point into the page, which
-	 * the slot stops pinning when the new row is stored into it (then
-	 * VACUUM or pruning may move what they point to): they must come from
-	 * a copy of the tuple, not from the slot.
-	 */
-	*values = palloc(desc->natts * sizeof(Datum));
-	*nulls = palloc(desc->natts * sizeof(bool));
-	heap_deform_tuple(copy, desc, *values, *nulls);
-}
-
 static inline void
 set_column(Datum *values, bool *nulls, OutboxColumn c, Datum value,
 		   bool isnull)
@@ -434,35 +416,19 @@ set_column(Datum *values, bool *nulls, OutboxColumn c, Datum value,
 	nulls[tables.attnum[c] - 1] = isnull;
 }
 
-/* Put a row into the slot and apply the table's constraints to it */
+/* Put a row into the slot, its constraints applied */
 static void
 store_row(Outbox *ob, Datum *values, bool *nulls)
 {
-	int			natts = ob->slot->tts_tupleDescriptor->natts;
-
-	ExecClearTuple(ob->slot);
-	memcpy(ob->slot->tts_values, values, natts * sizeof(Datum));
-	memcpy(ob->slot->tts_isnull, nulls, natts * sizeof(bool));
-	ExecStoreVirtualTuple(ob->slot);
-	access_check_row(&checks, ob->rel, ob->slot);
+	access_store_row(&checks, ob->rel, ob->slot, values, nulls);
 }
 
-/*
- * Replace the version at tid (locked by this transaction) with values,
- * with index entries when it is not a HOT update
- */
+/* Replace the version at tid (locked by this transaction) with values */
 static void
 update_row(Outbox *ob, ItemPointer tid, Datum *values, bool *nulls)
 {
-	bool		only_summarizing;
-
-	store_row(ob, values, nulls);
-	if (idem_simple_update(ob->rel, tid, ob->slot, GetActiveSnapshot(),
-						   &only_summarizing))
-		idem_insert_index_tuples(ob->rri, ob->estate, ob->slot, false,
-								 only_summarizing, NULL, NIL);
-	CommandCounterIncrement();
-	ResetPerTupleExprContext(ob->estate);
+	access_update_row(&checks, ob->rel, ob->rri, ob->estate, ob->slot, tid,
+					  values, nulls);
 }
 
 /*
@@ -708,7 +674,7 @@ finish_row(Outbox *ob, const Message *m, MessageState s, const char *error,
 	Datum	   *values;
 	bool	   *nulls;
 
-	slot_row(ob, &values, &nulls);
+	access_copy_row(ob->slot, &values, &nulls);
 	set_column(values, nulls, O_STATE, CStringGetTextDatum(state_names[s]),
 			   false);
 	if (error != NULL)
@@ -800,7 +766,7 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 
 			if (s == MSG_UNKNOWN)
 			{
-				slot_row(ob, &values, &nulls);
+				access_copy_row(ob->slot, &values, &nulls);
 				set_column(values, nulls, O_STATE,
 						   CStringGetTextDatum(state_names[MSG_UNKNOWN]), false);
 				update_row(ob, &m.tid, values, nulls);
@@ -826,7 +792,7 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 				elog(ERROR, "could not read back a locked message");
 		}
 
-		slot_row(ob, &values, &nulls);
+		access_copy_row(ob->slot, &values, &nulls);
 		set_column(values, nulls, O_STATE,
 				   CStringGetTextDatum(state_names[MSG_LEASED]), false);
 		set_column(values, nulls, O_ATTEMPT, Int32GetDatum(m.attempt + 1),
@@ -1013,7 +979,7 @@ finish(const char *function, int64 id, int32 attempt, FinishHow how,
 				result = MSG_DEAD;
 				break;
 			}
-			slot_row(&ob, &values, &nulls);
+			access_copy_row(ob.slot, &values, &nulls);
 			set_column(values, nulls, O_STATE,
 					   CStringGetTextDatum(state_names[MSG_QUEUED]), false);
 			set_column(values, nulls, O_LAST_ERROR,
@@ -1256,7 +1222,7 @@ idem_requeue(PG_FUNCTION_ARGS)
 				 errmsg("idem_requeue(): outbox message %lld is %s", (long long) id,
 						state_names[s]),
 				 errdetail("Only a dead or unknown message can be queued again.")));
-	slot_row(&ob, &values, &nulls);
+	access_copy_row(ob.slot, &values, &nulls);
 	set_column(values, nulls, O_STATE,
 			   CStringGetTextDatum(state_names[MSG_QUEUED]), false);
 	set_column(values, nulls, O_ATTEMPT_BASE, Int32GetDatum(m.attempt), false);

@@ -823,27 +823,12 @@ idem_hold_floor(const int32 *buckets, int n, bool *held)
 	CommandCounterIncrement();
 }
 
-/*
- * Replace the version at tid (locked by this transaction, or inserted by
- * it) with the row in values, and give it index entries if it is not a
- * HOT update.
- */
+/* Replace the version at tid (locked or inserted by this transaction) */
 static void
 update_row(ItemPointer tid, Datum *values, bool *nulls)
 {
-	TupleTableSlot *slot = acc.slot;
-	bool		only_summarizing;
-
-	ExecClearTuple(slot);
-	memcpy(slot->tts_values, values, slot->tts_tupleDescriptor->natts * sizeof(Datum));
-	memcpy(slot->tts_isnull, nulls, slot->tts_tupleDescriptor->natts * sizeof(bool));
-	ExecStoreVirtualTuple(slot);
-	access_check_row(&checks, acc.rel, slot);
-	if (idem_simple_update(acc.rel, tid, slot, GetActiveSnapshot(),
-						   &only_summarizing))
-		idem_insert_index_tuples(acc.rri, acc.estate, slot, false,
-								 only_summarizing, NULL, NIL);
-	CommandCounterIncrement();
+	access_update_row(&checks, acc.rel, acc.rri, acc.estate, acc.slot, tid,
+					  values, nulls);
 }
 
 /*
@@ -897,11 +882,7 @@ record_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
 			   TimestampTzGetDatum(lease_expires_at), false);
 	set_column(values, nulls, C_EXPIRES_AT, TimestampTzGetDatum(expires_at),
 			   false);
-	ExecClearTuple(slot);
-	memcpy(slot->tts_values, values, natts * sizeof(Datum));
-	memcpy(slot->tts_isnull, nulls, natts * sizeof(bool));
-	ExecStoreVirtualTuple(slot);
-	access_check_row(&checks, acc.rel, slot);
+	access_store_row(&checks, acc.rel, slot, values, nulls);
 
 	token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 	table_tuple_insert_speculative(acc.rel, slot,
@@ -973,23 +954,6 @@ lock_probed(bool wait)
 	pg_unreachable();
 }
 
-/* The row in the slot, to be changed and written back */
-static void
-slot_row(Datum **values, bool **nulls)
-{
-	TupleDesc	desc = acc.slot->tts_tupleDescriptor;
-	HeapTuple	copy = ExecCopySlotHeapTuple(acc.slot);
-
-	/*
-	 * The values of a tuple that a buffer holds point into the page, which
-	 * the slot stops pinning when the new row is stored into it: they must
-	 * come from a copy of the tuple, not from the slot.
-	 */
-	*values = palloc(desc->natts * sizeof(Datum));
-	*nulls = palloc(desc->natts * sizeof(bool));
-	heap_deform_tuple(copy, desc, *values, *nulls);
-}
-
 /*
  * Turn the key's record, as the last probe found it, into the pending
  * claim described by rec.  RECORD_CHANGED if another transaction changed
@@ -1011,7 +975,7 @@ record_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now,
 	if (result != RECORD_WRITTEN)
 		return result;
 	tid = acc.probed;
-	slot_row(&values, &nulls);
+	access_copy_row(acc.slot, &values, &nulls);
 	set_column(values, nulls, C_STATE,
 			   CStringGetTextDatum(record_state_names[IDEM_PENDING]), false);
 	set_column(values, nulls, C_RETRYABLE, BoolGetDatum(false), false);
@@ -1060,7 +1024,7 @@ record_finish(const IdemKey *key, IdemState state, bool retryable,
 	if (result != RECORD_WRITTEN)
 		return result;
 	tid = acc.probed;
-	slot_row(&values, &nulls);
+	access_copy_row(acc.slot, &values, &nulls);
 	set_column(values, nulls, C_STATE,
 			   CStringGetTextDatum(record_state_names[state]), false);
 	set_column(values, nulls, C_RETRYABLE, BoolGetDatum(retryable), false);
