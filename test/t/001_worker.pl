@@ -79,6 +79,28 @@ ok( $primary->poll_query_until('db1',
 		q{SELECT count(*) = 0 FROM idem_record WHERE key LIKE 'after-restart-%'}),
 	'and purges again');
 
+# the same worker purges the outbox: delivered and dead messages once their
+# expiry has passed, never a queued, leased or unknown one
+$primary->safe_psql('db1', q{
+	SET idem.retry_window = '1s';
+	SET idem.outbox_retention = '2s';
+	SELECT count(idem_enqueue('t', 'mail', 'm' || i, 'x'::bytea)) FROM generate_series(1, 20) i;
+	SELECT count(idem_enqueue('t', 'mail', 'keep' || i, 'x'::bytea, not_before => now() + interval '1 h'))
+	  FROM generate_series(1, 5) i;
+});
+$primary->safe_psql('db1', q{
+	SET idem.retry_window = '1s';
+	SET idem.outbox_retention = '2s';
+	SELECT count(CASE WHEN t.key LIKE 'm1%' THEN idem_dead(t.id, t.attempt)
+				 ELSE idem_delivered(t.id, t.attempt) END)
+	  FROM idem_take('mail', 100, lease => '1 h') t;
+});
+ok( $primary->poll_query_until('db1',
+		q{SELECT count(*) = 0 FROM idem_outbox WHERE state IN ('delivered', 'dead')}),
+	'the worker purges delivered and dead outbox messages');
+is($primary->safe_psql('db1', q{SELECT count(*) FROM idem_outbox WHERE state = 'queued'}),
+	'5', 'and leaves the queued ones');
+
 # a reload changes the interval: at 1h nothing is purged, back at 1s the
 # launcher wakes and purges
 $primary->safe_psql('postgres', q{ALTER SYSTEM SET idem.purge_interval = '1h'});
