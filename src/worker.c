@@ -251,6 +251,20 @@ visit_database(Oid dboid)
 }
 
 /*
+ * What a visit purges: what expired at least one purge interval before
+ * now.  A record or message is forgotten once it expires, purged or not,
+ * so this only gives the space back up to one interval later; and it
+ * leaves what expired a moment ago to an explicit idem_purge() (an
+ * operator's, a test suite's on a server configured for production), so
+ * that the worker never takes those rows from under it.
+ */
+static TimestampTz
+purge_cutoff(TimestampTz now)
+{
+	return now - (TimestampTz) idem_purge_interval * 1000;
+}
+
+/*
  * Sleep for idem.purge_interval, or until a reload, which may change it.
  * A straggler that ends meanwhile sets the latch too; it is no reason for
  * an early round.
@@ -396,8 +410,8 @@ idem_purge_main(Datum main_arg)
 			pgstat_report_activity(STATE_RUNNING, "purging expired records");
 
 			total += purge_batch(lfirst_oid(lc),
-								 GetCurrentStatementStartTimestamp(), &scan,
-								 &more);
+								 purge_cutoff(GetCurrentStatementStartTimestamp()),
+								 &scan, &more);
 
 			PopActiveSnapshot();
 			CommitTransactionCommand();
@@ -421,7 +435,7 @@ idem_purge_main(Datum main_arg)
 		pgstat_report_activity(STATE_RUNNING, "purging finished outbox messages");
 		subscribed_outbox = outbox_subscribed();
 		if (!subscribed_outbox)
-			total += outbox_purge_batch(GetCurrentStatementStartTimestamp(),
+			total += outbox_purge_batch(purge_cutoff(GetCurrentStatementStartTimestamp()),
 										idem_purge_batch, &outbox_more);
 		PopActiveSnapshot();
 		CommitTransactionCommand();
