@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * access.c
- *	  Looking up a table of idem's for direct access: its indexes by name,
- *	  its access method, its columns by name.
+ *	  Reaching a table of idem's directly, the way core's executor does:
+ *	  looking it up (its indexes, access method and columns by name), and
+ *	  inserting, locking and updating its rows.
  *
  * record.c (idem_record) and outbox.c (idem_outbox) read heap tuples and
  * write through index and heap access methods; both look their table up
@@ -22,20 +23,28 @@
  * until the table's relcache entry is invalidated (the caller then clears
  * "valid").
  *
+ * An insert that a unique index must decide is a speculative insertion, as
+ * INSERT ... ON CONFLICT makes it (access_insert_speculative), and a row
+ * is locked before it is updated as the executor locks it
+ * (access_lock_row): both tables' writers go through these two, so the
+ * rules of core's conflict loop hold for both.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "commands/defrem.h"
 #include "executor/executor.h"
+#include "storage/lmgr.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
 #include "compat.h"
-#include "utils/lsyscache.h"
-#include "utils/memutils.h"
 
 #include "access.h"
 
@@ -188,4 +197,79 @@ access_update_row(AccessChecks *checks, Relation rel, ResultRelInfo *rri,
 								 NULL, NIL);
 	CommandCounterIncrement();
 	ResetPerTupleExprContext(estate);
+}
+
+/*
+ * Insert the row in slot speculatively, as INSERT ... ON CONFLICT DO
+ * NOTHING does (ExecInsert): the heap tuple under a speculative insertion
+ * token, then its index entries, the arbiters checked without an error;
+ * if one of them found a conflicting entry, the tuple is killed
+ * (heap_abort_speculative) and false comes back.  Of two transactions
+ * inserting one key at once, at most one succeeds, and neither waits for
+ * the other's transaction: only, briefly and on one side, for its
+ * speculative insertion, as check_exclusion_or_unique_constraint's
+ * livelock rule says.  The caller decides, after a conflict, what the key
+ * holds.
+ */
+bool
+access_insert_speculative(ResultRelInfo *rri, EState *estate,
+						  TupleTableSlot *slot, List *arbiters)
+{
+	Relation	rel = rri->ri_RelationDesc;
+	uint32		token;
+	bool		conflict = false;
+
+	token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+	table_tuple_insert_speculative(rel, slot, GetCurrentCommandId(true), 0,
+								   NULL, token);
+	idem_insert_index_tuples(rri, estate, slot, true, false, &conflict,
+							 arbiters);
+	table_tuple_complete_speculative(rel, slot, token, !conflict);
+	SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+	ResetPerTupleExprContext(estate);
+	return !conflict;
+}
+
+/*
+ * Lock the version of rel at *tid for an update (LockTupleNoKeyExclusive),
+ * as the executor locks a row before it changes it, and read it into slot.
+ * With find_last, the newest version of the row is locked (and *tid moves
+ * to it).  Returns TM_Ok, TM_WouldBlock (another transaction holds it and
+ * policy is LockWaitSkip), TM_Updated or TM_Deleted (another transaction
+ * changed it since snapshot: the caller looks again).  A version that this
+ * very command changed already is an error, as in ExecOnConflictLockRow:
+ * acting on it again would act on a row the command cannot see.  what
+ * names the row for that message.
+ */
+TM_Result
+access_lock_row(Relation rel, ItemPointer tid, Snapshot snapshot,
+				TupleTableSlot *slot, LockWaitPolicy policy, bool find_last,
+				const char *what)
+{
+	TM_FailureData tmfd;
+	TM_Result	result;
+
+	result = table_tuple_lock(rel, tid, snapshot, slot,
+							  GetCurrentCommandId(false),
+							  LockTupleNoKeyExclusive, policy,
+							  find_last ? TUPLE_LOCK_FLAG_FIND_LAST_VERSION : 0,
+							  &tmfd);
+	switch (result)
+	{
+		case TM_Ok:
+		case TM_WouldBlock:
+		case TM_Updated:
+		case TM_Deleted:
+			return result;
+		case TM_SelfModified:
+		case TM_Invisible:
+			ereport(ERROR,
+					(errcode(ERRCODE_CARDINALITY_VIOLATION),
+					 errmsg("%s was already changed by this command", what),
+					 errhint("Call idem's functions for one key or message at most once in a statement that changes it.")));
+			break;
+		default:
+			elog(ERROR, "unexpected table_tuple_lock status: %u", result);
+	}
+	pg_unreachable();
 }

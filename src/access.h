@@ -1,13 +1,15 @@
 /*-------------------------------------------------------------------------
  *
  * access.h
- *	  What record.c and outbox.c share to reach a table of idem's directly.
+ *	  What record.c and outbox.c share to reach a table of idem's directly,
+ *	  the way core's executor does.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef IDEM_ACCESS_H
 #define IDEM_ACCESS_H
 
+#include "access/tableam.h"
 #include "executor/tuptable.h"
 #include "nodes/execnodes.h"
 #include "utils/rel.h"
@@ -38,6 +40,12 @@ extern void access_update_row(AccessChecks *checks, Relation rel,
 							  ResultRelInfo *rri, EState *estate,
 							  TupleTableSlot *slot, ItemPointer tid,
 							  const Datum *values, const bool *nulls);
+extern bool access_insert_speculative(ResultRelInfo *rri, EState *estate,
+									  TupleTableSlot *slot, List *arbiters);
+extern TM_Result access_lock_row(Relation rel, ItemPointer tid,
+								 Snapshot snapshot, TupleTableSlot *slot,
+								 LockWaitPolicy policy, bool find_last,
+								 const char *what);
 extern void access_columns(Relation rel, const char *const *names, int n,
 						   AttrNumber *attnum);
 

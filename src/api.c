@@ -57,31 +57,17 @@ typedef enum FingerprintKind
 } FingerprintKind;
 
 /*
- * The row types of idem_claim and idem_replay, built once per backend: the
- * current one, and 0.1.0's (no headers column), which the previous
- * version's SQL definitions still declare between installing this library
- * and ALTER EXTENSION idem UPDATE.  Those definitions also take fewer
- * arguments, which is how a call says which row it expects.
+ * The row type of idem_claim and idem_replay, built once per backend.  The
+ * SQL objects of every version this library serves (tenant.c,
+ * idem_extension_schema) declare these functions alike.
  */
-typedef enum AnswerShape
-{
-	ANSWER_CURRENT,
-	ANSWER_0_1,
-	NUM_ANSWER_SHAPES
-} AnswerShape;
+static TupleDesc answer_desc;
 
-static TupleDesc answer_desc[NUM_ANSWER_SHAPES];
-
-/*
- * Whether an optional argument was given and is not NULL.  Between
- * installing a new library and ALTER EXTENSION idem UPDATE, the previous
- * version's SQL definitions call these functions with fewer arguments:
- * an argument they lack is never read.
- */
+/* Whether an optional argument is not NULL */
 static inline bool
 arg_given(FunctionCallInfo fcinfo, int argno)
 {
-	return PG_NARGS() > argno && !PG_ARGISNULL(argno);
+	return !PG_ARGISNULL(argno);
 }
 
 void
@@ -344,35 +330,27 @@ bool_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 }
 
 static TupleDesc
-get_answer_desc(FunctionCallInfo fcinfo, AnswerShape shape)
+get_answer_desc(FunctionCallInfo fcinfo)
 {
-	if (answer_desc[shape] == NULL)
+	if (answer_desc == NULL)
 	{
 		TupleDesc	desc;
 		MemoryContext old;
 
 		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 			elog(ERROR, "return type must be a row type");
-		if (desc->natts != (shape == ANSWER_CURRENT ? 7 : 6))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("the SQL definition of %s does not match the idem library",
-							get_func_name(fcinfo->flinfo->fn_oid)),
-					 errhint("Run ALTER EXTENSION idem UPDATE.")));
+		if (desc->natts != 7)
+			elog(ERROR, "incorrect number of output arguments");
 		old = MemoryContextSwitchTo(TopMemoryContext);
-		answer_desc[shape] = BlessTupleDesc(CreateTupleDescCopy(desc));
+		answer_desc = BlessTupleDesc(CreateTupleDescCopy(desc));
 		MemoryContextSwitchTo(old);
 	}
-	return answer_desc[shape];
+	return answer_desc;
 }
 
-/*
- * The answer's columns, from outcome to expires_at, as the row type of the
- * shape has them
- */
+/* The answer's columns, from outcome to expires_at */
 static void
-answer_values(AnswerShape shape, const IdemAnswer *answer, Datum *values,
-			  bool *nulls)
+answer_values(const IdemAnswer *answer, Datum *values, bool *nulls)
 {
 	int			c = 0;
 
@@ -382,11 +360,8 @@ answer_values(AnswerShape shape, const IdemAnswer *answer, Datum *values,
 	nulls[c++] = !answer->has_status;
 	values[c] = PointerGetDatum(answer->body);
 	nulls[c++] = answer->body == NULL;
-	if (shape == ANSWER_CURRENT)
-	{
-		values[c] = PointerGetDatum(answer->headers);
-		nulls[c++] = answer->headers == NULL;
-	}
+	values[c] = PointerGetDatum(answer->headers);
+	nulls[c++] = answer->headers == NULL;
 	values[c] = Int32GetDatum(answer->attempt);
 	nulls[c++] = !answer->has_record;
 	values[c] = TimestampTzGetDatum(answer->created_at);
@@ -397,14 +372,13 @@ answer_values(AnswerShape shape, const IdemAnswer *answer, Datum *values,
 
 /* The answer as a row of the caller's row type */
 static HeapTuple
-answer_tuple(FunctionCallInfo fcinfo, AnswerShape shape,
-			 const IdemAnswer *answer)
+answer_tuple(FunctionCallInfo fcinfo, const IdemAnswer *answer)
 {
 	Datum		values[7];
 	bool		nulls[7];
 
-	answer_values(shape, answer, values, nulls);
-	return heap_form_tuple(get_answer_desc(fcinfo, shape), values, nulls);
+	answer_values(answer, values, nulls);
+	return heap_form_tuple(get_answer_desc(fcinfo), values, nulls);
 }
 
 /* A request fingerprint, digested */
@@ -456,10 +430,9 @@ claim(FunctionCallInfo fcinfo, FingerprintKind kind)
 				 errmsg("wait_timeout needs wait => true"),
 				 errdetail("A claim that does not wait answers in_progress at once.")));
 
-	protocol_claim(&key, &fp, wait, lease, retention, wait_timeout, &answer);
-	return HeapTupleGetDatum(answer_tuple(fcinfo,
-										  PG_NARGS() > 6 ? ANSWER_CURRENT : ANSWER_0_1,
-										  &answer));
+	protocol_claim(NULL, &key, &fp, wait, lease, retention, wait_timeout,
+				   &answer);
+	return HeapTupleGetDatum(answer_tuple(fcinfo, &answer));
 }
 
 Datum
@@ -507,7 +480,7 @@ finish(FunctionCallInfo fcinfo, bool jsonb, bool failed)
 
 	how = !failed ? IDEM_FINISH_COMPLETE :
 		retryable ? IDEM_FINISH_FAIL_RETRYABLE : IDEM_FINISH_FAIL;
-	protocol_finish(&key, how, has_attempt, attempt, true, status, body,
+	protocol_finish(NULL, &key, how, has_attempt, attempt, true, status, body,
 					headers);
 	PG_RETURN_VOID();
 }
@@ -546,7 +519,8 @@ idem_release(PG_FUNCTION_ARGS)
 	key_from_args(fcinfo, &key);
 	has_attempt = attempt_from_arg(fcinfo, 3, &attempt);
 
-	PG_RETURN_BOOL(protocol_finish(&key, IDEM_FINISH_RELEASE, has_attempt,
+	PG_RETURN_BOOL(protocol_finish(NULL, &key, IDEM_FINISH_RELEASE,
+								   has_attempt,
 								   attempt, false, 0, NULL, NULL));
 }
 
@@ -572,10 +546,7 @@ replay(FunctionCallInfo fcinfo, FingerprintKind kind)
 		fingerprint_from_arg(fcinfo, 3, kind, &fp);
 		if (protocol_replay(&key, &fp, &answer))
 		{
-			funcctx->user_fctx =
-				answer_tuple(fcinfo,
-							 PG_NARGS() > 3 ? ANSWER_CURRENT : ANSWER_0_1,
-							 &answer);
+			funcctx->user_fctx = answer_tuple(fcinfo, &answer);
 			funcctx->max_calls = 1;
 		}
 		MemoryContextSwitchTo(old);
@@ -800,7 +771,8 @@ check_keys(ArrayType *keys, int nkeys, BatchPosition *pos)
  * element until the next element.
  */
 static void
-claim_elements(ReturnSetInfo *rsinfo, IdemKey *key, ArrayType *keys,
+claim_elements(ProtocolBatch *batch, ReturnSetInfo *rsinfo, IdemKey *key,
+			   ArrayType *keys,
 			   int nkeys, ArrayType *fingerprints, FingerprintKind kind,
 			   Interval *lease, Interval *retention, MemoryContext element,
 			   BatchPosition *pos)
@@ -824,12 +796,13 @@ claim_elements(ReturnSetInfo *rsinfo, IdemKey *key, ArrayType *keys,
 		if (next_element(fp_it, &fp_value))
 			fingerprint_from_datum(fp_value, kind, &fp);
 
-		protocol_batch_next();
-		protocol_claim(key, &fp, false, lease, retention, NULL, &answer);
+		protocol_batch_next(batch);
+		protocol_claim(batch, key, &fp, false, lease, retention, NULL,
+					   &answer);
 
 		values[0] = PointerGetDatum(key->key);
 		nulls[0] = false;
-		answer_values(ANSWER_CURRENT, &answer, values + 1, nulls + 1);
+		answer_values(&answer, values + 1, nulls + 1);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
 							 nulls);
 		MemoryContextSwitchTo(old);
@@ -857,6 +830,7 @@ claim_many(FunctionCallInfo fcinfo, FingerprintKind kind)
 	MemoryContext element;
 	ErrorContextCallback callback;
 	BatchPosition pos;
+	ProtocolBatch *batch;
 
 	key.tenant = key_part_from_arg(fcinfo, 0, "tenant");
 	key.endpoint = key_part_from_arg(fcinfo, 1, "endpoint");
@@ -876,19 +850,10 @@ claim_many(FunctionCallInfo fcinfo, FingerprintKind kind)
 	element = AllocSetContextCreate(CurrentMemoryContext,
 									"idem batch element",
 									ALLOCSET_DEFAULT_SIZES);
-	protocol_batch_begin();
-	PG_TRY();
-	{
-		claim_elements(rsinfo, &key, keys, nkeys, fingerprints, kind, lease,
-					   retention, element, &pos);
-	}
-	PG_CATCH();
-	{
-		protocol_batch_abandon();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	protocol_batch_end();
+	batch = protocol_batch_begin();
+	claim_elements(batch, rsinfo, &key, keys, nkeys, fingerprints, kind,
+				   lease, retention, element, &pos);
+	protocol_batch_end(batch);
 	error_context_stack = callback.previous;
 	MemoryContextDelete(element);
 	return (Datum) 0;
@@ -997,8 +962,9 @@ check_finish_elements(const FinishArrays *arrays, MemoryContext element,
 }
 
 static void
-finish_elements(const FinishArrays *arrays, IdemKey *key, IdemFinish how,
-				MemoryContext element, BatchPosition *pos)
+finish_elements(ProtocolBatch *batch, const FinishArrays *arrays,
+				IdemKey *key, IdemFinish how, MemoryContext element,
+				BatchPosition *pos)
 {
 	FinishWalk	w;
 	FinishElement e;
@@ -1011,8 +977,9 @@ finish_elements(const FinishArrays *arrays, IdemKey *key, IdemFinish how,
 		pos->element = i + 1;
 		finish_next(&w, &e);
 		key->key = e.key;
-		protocol_batch_next();
-		protocol_finish(key, how, e.has_attempt, e.attempt, true, e.status,
+		protocol_batch_next(batch);
+		protocol_finish(batch, key, how, e.has_attempt, e.attempt, true,
+						e.status,
 						e.body, e.headers);
 		MemoryContextReset(element);
 	}
@@ -1039,6 +1006,7 @@ finish_many(FunctionCallInfo fcinfo, bool failed)
 	MemoryContext element;
 	ErrorContextCallback callback;
 	BatchPosition pos;
+	ProtocolBatch *batch;
 
 	key.tenant = key_part_from_arg(fcinfo, 0, "tenant");
 	key.endpoint = key_part_from_arg(fcinfo, 1, "endpoint");
@@ -1067,18 +1035,9 @@ finish_many(FunctionCallInfo fcinfo, bool failed)
 
 	how = !failed ? IDEM_FINISH_COMPLETE :
 		retryable ? IDEM_FINISH_FAIL_RETRYABLE : IDEM_FINISH_FAIL;
-	protocol_batch_begin();
-	PG_TRY();
-	{
-		finish_elements(&arrays, &key, how, element, &pos);
-	}
-	PG_CATCH();
-	{
-		protocol_batch_abandon();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	protocol_batch_end();
+	batch = protocol_batch_begin();
+	finish_elements(batch, &arrays, &key, how, element, &pos);
+	protocol_batch_end(batch);
 	error_context_stack = callback.previous;
 	MemoryContextDelete(element);
 	PG_RETURN_INT32(arrays.nkeys);

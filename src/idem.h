@@ -71,22 +71,6 @@ typedef struct IdemFingerprint
 	uint8		digest[IDEM_FINGERPRINT_LEN];
 } IdemFingerprint;
 
-/* A record as read from idem_record */
-typedef struct IdemRecord
-{
-	IdemState	state;
-	bool		retryable;
-	IdemFingerprint fingerprint;
-	bool		has_status;
-	int32		status;
-	bytea	   *body;			/* NULL when the response had none */
-	Jsonb	   *headers;		/* NULL when the response had none */
-	int32		attempt;
-	TimestampTz created_at;
-	TimestampTz lease_expires_at;
-	TimestampTz expires_at;
-} IdemRecord;
-
 /* The row idem_claim and idem_replay return */
 typedef struct IdemAnswer
 {
@@ -172,68 +156,24 @@ extern bool keylock_held_by_other(const IdemKey *key);
 extern uint64 keylock_hash(const IdemKey *key);
 extern void keylock_release(const IdemKey *key);
 
-/* record.c: what record_probe finds of a key's record */
-typedef enum RecordProbe
-{
-	RECORD_ABSENT,				/* none, and nobody is writing one */
-	RECORD_BUSY,				/* another transaction is writing it */
-	RECORD_FOUND				/* the newest version */
-} RecordProbe;
-
-/* record.c: what a write of the probed record did */
-typedef enum RecordWrite
-{
-	RECORD_WRITTEN,
-	RECORD_WRITE_BUSY,			/* another transaction holds it */
-	RECORD_CHANGED				/* no longer the newest version: probe again */
-} RecordWrite;
-
-extern Oid	record_relation(void);
-extern void record_open(void);
-extern void record_prepare_write(void);
-extern void record_close(void);
-extern void record_batch_begin(void);
-extern void record_batch_end(void);
-extern void record_batch_abandon(void);
-extern bool record_fetch(const IdemKey *key, IdemRecord *rec);
-extern RecordProbe record_probe(const IdemKey *key, bool wait,
-								IdemRecord *rec, bool *own);
-extern bool record_busy(const IdemKey *key);
-extern void record_unlock(const IdemKey *key);
-extern bool record_insert_claim(const IdemKey *key,
-								const IdemFingerprint *fp,
-								TimestampTz now, TimestampTz lease_expires_at,
-								TimestampTz expires_at, int32 *attempt);
-extern RecordWrite record_reclaim(const IdemKey *key, const IdemRecord *rec,
-								  TimestampTz now, bool wait);
-extern RecordWrite record_finish(const IdemKey *key, IdemState state,
-								 bool retryable, bool has_status,
-								 int32 status, bytea *body, Jsonb *headers,
-								 TimestampTz now);
-extern List *record_purge_targets(bool *distributed);
-extern uint64 record_purge_batch(Oid target, TimestampTz now, int batch,
-								 IdemPurgeScan *scan, bool *more);
-extern List *record_list(text *tenant, text *endpoint, bool with_body,
-						 int32 max_rows, TupleDesc desc);
-extern bool record_forget(const IdemKey *key);
-
 /* protocol.c */
-extern void protocol_claim(const IdemKey *key, const IdemFingerprint *fp,
-						   bool wait, Interval *lease, Interval *retention,
+typedef struct ProtocolBatch ProtocolBatch;
+extern void protocol_claim(ProtocolBatch *batch, const IdemKey *key,
+						   const IdemFingerprint *fp, bool wait,
+						   Interval *lease, Interval *retention,
 						   Interval *wait_timeout, IdemAnswer *answer);
 extern bool protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 							IdemAnswer *answer);
-extern bool protocol_finish(const IdemKey *key, IdemFinish how,
-							bool has_attempt, int32 attempt,
+extern bool protocol_finish(ProtocolBatch *batch, const IdemKey *key,
+							IdemFinish how, bool has_attempt, int32 attempt,
 							bool has_status, int32 status, bytea *body,
 							Jsonb *headers);
 extern List *protocol_list(text *tenant, text *endpoint, bool with_body,
 						   int32 max_rows, TupleDesc desc);
 extern bool protocol_forget(const IdemKey *key);
-extern void protocol_batch_begin(void);
-extern void protocol_batch_next(void);
-extern void protocol_batch_end(void);
-extern void protocol_batch_abandon(void);
+extern ProtocolBatch *protocol_batch_begin(void);
+extern void protocol_batch_next(ProtocolBatch *batch);
+extern void protocol_batch_end(ProtocolBatch *batch);
 extern const char *outcome_name(IdemOutcome outcome);
 extern void require_primary(const char *function);
 extern void require_primary_for(const char *function, Oid relid,

@@ -538,23 +538,13 @@ enqueue(Outbox *ob, const NewMessage *nm, Enqueued *out)
 	for (;;)
 	{
 		int64		id = nextval_internal(tables.seq, false);
-		uint32		token;
-		bool		conflict = false;
 		bool		isnull;
 		bytea	   *stored;
 
 		set_column(values, nulls, O_ID, Int64GetDatum(id), false);
 		store_row(ob, values, nulls);
-		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
-		table_tuple_insert_speculative(ob->rel, ob->slot,
-									   GetCurrentCommandId(true), 0, NULL,
-									   token);
-		idem_insert_index_tuples(ob->rri, ob->estate, ob->slot, true, false,
-								 &conflict, ob->arbiters);
-		table_tuple_complete_speculative(ob->rel, ob->slot, token, !conflict);
-		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
-		ResetPerTupleExprContext(ob->estate);
-		if (!conflict)
+		if (access_insert_speculative(ob->rri, ob->estate, ob->slot,
+									  ob->arbiters))
 		{
 			CommandCounterIncrement();
 			out->outcome = "enqueued";
@@ -715,7 +705,6 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 	while (taken < max &&
 		   index_getnext_slot(scan, ForwardScanDirection, candidate))
 	{
-		TM_FailureData tmfd;
 		TM_Result	result;
 		ItemPointerData tid = candidate->tts_tid;
 		Message		m;
@@ -749,10 +738,8 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 				TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data)))
 				continue;
 		}
-		result = table_tuple_lock(ob->rel, &tid, snapshot, ob->slot,
-								  GetCurrentCommandId(false),
-								  LockTupleNoKeyExclusive, LockWaitSkip, 0,
-								  &tmfd);
+		result = access_lock_row(ob->rel, &tid, snapshot, ob->slot,
+								 LockWaitSkip, false, "outbox message");
 		if (result != TM_Ok)
 			continue;			/* held or changed by another transaction */
 		deform_message(ob, &m);
@@ -837,7 +824,6 @@ lock_by_id(Outbox *ob, int64 id, Message *m)
 	{
 		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
 		IndexScanDesc scan;
-		TM_FailureData tmfd;
 		TM_Result	result;
 		ItemPointerData tid;
 		bool		found;
@@ -852,18 +838,11 @@ lock_by_id(Outbox *ob, int64 id, Message *m)
 			return false;
 		}
 		tid = ob->slot->tts_tid;
-		result = table_tuple_lock(ob->rel, &tid, snapshot, ob->slot,
-								  GetCurrentCommandId(false),
-								  LockTupleNoKeyExclusive, LockWaitBlock,
-								  TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		result = access_lock_row(ob->rel, &tid, snapshot, ob->slot,
+								 LockWaitBlock, true, "outbox message");
 		UnregisterSnapshot(snapshot);
 		if (result == TM_Deleted)
 			continue;			/* purged meanwhile: look again */
-		if (result == TM_SelfModified || result == TM_Invisible)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("outbox message %lld was already changed by this command",
-							(long long) id)));
 		if (result != TM_Ok)
 			elog(ERROR, "unexpected table_tuple_lock status: %u", result);
 		deform_message(ob, m);

@@ -51,6 +51,13 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "record.h"
+
+/* A batch's shared state: protocol_batch_begin() */
+struct ProtocolBatch
+{
+	RecordAccess *records;
+};
 
 const char *
 outcome_name(IdemOutcome outcome)
@@ -124,15 +131,23 @@ require_primary_for(const char *function, Oid relid, const char *table)
 	refuse_unless_primary(function, subscription_of(relid), table);
 }
 
+/* Why a finish found no matching pending claim */
+typedef enum NotPending
+{
+	NOT_LIVE,					/* no record, or an expired one */
+	NOT_CURRENT,				/* the fencing token is another attempt's */
+	NOT_SUCCEEDED,				/* the attempt has succeeded already */
+	NOT_FAILED					/* ... or failed */
+} NotPending;
+
 pg_noreturn static void report_not_pending(const IdemKey *key,
 											const char *function,
-											const char *detail_fmt,
-											int32 value);
+											NotPending why, int32 attempt);
 
 /* The one place that raises "no matching pending claim" (55000) */
 static void
-report_not_pending(const IdemKey *key, const char *function,
-				   const char *detail_fmt, int32 value)
+report_not_pending(const IdemKey *key, const char *function, NotPending why,
+				   int32 attempt)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -140,7 +155,13 @@ report_not_pending(const IdemKey *key, const char *function,
 					function, text_to_cstring(key->key),
 					text_to_cstring(key->endpoint),
 					text_to_cstring(key->tenant)),
-			 errdetail_internal(detail_fmt, value)));
+			 why == NOT_LIVE ?
+			 errdetail("The key has no live record.") :
+			 why == NOT_CURRENT ?
+			 errdetail("Attempt %d is not the key's current attempt.", attempt) :
+			 why == NOT_SUCCEEDED ?
+			 errdetail("The record of attempt %d has succeeded.", attempt) :
+			 errdetail("The record of attempt %d has failed.", attempt)));
 }
 
 static bool
@@ -165,31 +186,20 @@ fingerprints_differ(const IdemFingerprint *a, const IdemFingerprint *b)
 		memcmp(a->digest, b->digest, IDEM_FINGERPRINT_LEN) != 0;
 }
 
-static bool
-same_version(bool found_a, const IdemRecord *a, bool found_b,
-			 const IdemRecord *b)
-{
-	if (found_a != found_b)
-		return false;
-	return !found_a ||
-		(a->state == b->state && a->retryable == b->retryable &&
-		 a->attempt == b->attempt && a->created_at == b->created_at &&
-		 a->lease_expires_at == b->lease_expires_at);
-}
-
 /*
  * The caller is about to act on the newest version of a key's record (or
  * on its absence).  Under REPEATABLE READ and SERIALIZABLE the
- * transaction's snapshot must show that same version (the caller read it
- * as *snap): anything the caller wrote or answered would otherwise rest on
- * a record its transaction cannot see.
+ * transaction's snapshot must show that same version (the probe tells,
+ * rec->visible), or show no record when there is none (have_snap tells
+ * whether it shows one): anything the caller wrote or answered would
+ * otherwise rest on a record its transaction cannot see.
  */
 static void
-check_version(const IdemKey *key, bool have_snap, const IdemRecord *snap,
-			  bool found, const IdemRecord *rec)
+check_version(const IdemKey *key, bool have_snap, bool found,
+			  const IdemRecord *rec)
 {
 	if (IsolationUsesXactSnapshot() &&
-		!same_version(have_snap, snap, found, rec))
+		(found ? !rec->visible : have_snap))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access to idem key \"%s\" due to a concurrent change",
@@ -388,37 +398,40 @@ answer_busy(const IdemFingerprint *fp, bool have_snap, const IdemRecord *snap,
  * count from the moment it claims, not from before a wait.
  */
 static void
-claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
-		   Interval *lease, Interval *retention, IdemAnswer *answer,
-		   bool *own_claim)
+claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
+		   bool wait, Interval *lease, Interval *retention,
+		   IdemAnswer *answer, bool *own_claim)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz lease_expires_at;
 	TimestampTz expires_at;
+	RecordAccess *ra;
 	IdemRecord	snap;
 	IdemRecord	rec;
 	bool		have_snap;
 
 	*own_claim = false;
-	record_open();
+	ra = record_open(batch);
 
 	/* A finished record is final: replay it without locking anything. */
-	have_snap = record_fetch(key, &snap);
+	have_snap = record_fetch(ra, key, &snap);
 	if (have_snap && !record_expired(&snap, now) && is_final(&snap))
 	{
 		answer_with(answer, settled_outcome(&snap, fp, now), &snap);
-		record_close();
+		record_close(ra);
 		return;
 	}
 	/* the write's locks may wait: before the clock is read below */
-	record_prepare_write();
+	record_prepare_write(ra);
 
 	for (;;)
 	{
 		RecordProbe found;
+		IdemRecord	next;
 
 		CHECK_FOR_INTERRUPTS();
-		found = record_probe(key, wait, &rec, own_claim);
+		found = record_probe(ra, key, wait, RECORD_FOR_CLAIM, &rec,
+							 own_claim);
 		now = GetCurrentTimestamp();
 		claim_times(now, lease, retention, &lease_expires_at, &expires_at);
 
@@ -429,7 +442,7 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 		}
 		if (found == RECORD_ABSENT)
 		{
-			if (record_insert_claim(key, fp, now, lease_expires_at,
+			if (record_insert_claim(ra, key, fp, now, lease_expires_at,
 									expires_at, &rec.attempt))
 			{
 				rec.created_at = now;
@@ -441,21 +454,22 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 			continue;			/* another transaction inserted it first */
 		}
 
-		check_version(key, have_snap, &snap, true, &rec);
+		check_version(key, have_snap, true, &rec);
+		next = rec;
 		if (record_expired(&rec, now))
 		{
 			/* forgotten: a first claim again, but fenced above the old one */
-			rec.fingerprint = *fp;
-			rec.attempt++;
-			rec.created_at = now;
+			next.fingerprint = *fp;
+			next.attempt++;
+			next.created_at = now;
 		}
 		else if (rec.state == IDEM_FAILED && rec.retryable &&
 				 !fingerprints_differ(&rec.fingerprint, fp))
 		{
 			/* a system error or a release: execute again, fenced */
-			rec.attempt++;
+			next.attempt++;
 			if (!rec.fingerprint.present)
-				rec.fingerprint = *fp;
+				next.fingerprint = *fp;
 		}
 		else
 		{
@@ -463,12 +477,12 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 			break;
 		}
 
-		rec.lease_expires_at = lease_expires_at;
-		rec.expires_at = expires_at;
-		switch (record_reclaim(key, &rec, now, wait))
+		next.lease_expires_at = lease_expires_at;
+		next.expires_at = expires_at;
+		switch (record_reclaim(ra, key, &rec, &next, now, wait))
 		{
 			case RECORD_WRITTEN:
-				answer_with(answer, IDEM_CLAIMED, &rec);
+				answer_with(answer, IDEM_CLAIMED, &next);
 				break;
 			case RECORD_WRITE_BUSY:
 				answer_busy(fp, have_snap, &snap, now, answer);
@@ -480,8 +494,8 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 	}
 
 	if (answer->outcome != IDEM_CLAIMED)
-		record_unlock(key);
-	record_close();
+		record_unlock(ra, key);
+	record_close(ra);
 }
 
 /*
@@ -498,8 +512,8 @@ claim_once(const IdemKey *key, const IdemFingerprint *fp, bool wait,
  * for; claim_once takes the times it writes again after every wait.
  */
 static void
-claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
-	  Interval *lease, Interval *retention, Interval *wait_timeout,
+claim(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
+	  bool wait, Interval *lease, Interval *retention, Interval *wait_timeout,
 	  IdemAnswer *answer)
 {
 	TimestampTz now = GetCurrentTimestamp();
@@ -528,7 +542,8 @@ claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 	{
 		if (wait)
 			wait_prepare(key, &w);
-		claim_once(key, fp, wait, lease, retention, answer, &own_claim);
+		claim_once(batch, key, fp, wait, lease, retention, answer,
+				   &own_claim);
 		if (!wait || own_claim || answer->outcome != IDEM_IN_PROGRESS ||
 			!answer->has_record || GetCurrentTimestamp() >= deadline)
 			return;
@@ -557,12 +572,18 @@ log_claim(const IdemKey *key, const IdemAnswer *answer)
 			 errhidecontext(true)));
 }
 
+/*
+ * Claim a key, with its statistics and its log line; batch is NULL, or the
+ * batch that the claim is an element of
+ */
 void
-protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
-			   Interval *lease, Interval *retention, Interval *wait_timeout,
+protocol_claim(ProtocolBatch *batch, const IdemKey *key,
+			   const IdemFingerprint *fp, bool wait, Interval *lease,
+			   Interval *retention, Interval *wait_timeout,
 			   IdemAnswer *answer)
 {
-	claim(key, fp, wait, lease, retention, wait_timeout, answer);
+	claim(batch != NULL ? batch->records : NULL, key, fp, wait, lease,
+		  retention, wait_timeout, answer);
 	stats_count_claim(answer->outcome);
 	if (idem_log_outcomes)
 		log_claim(key, answer);
@@ -571,9 +592,10 @@ protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
 /*
  * Batches: idem_claim_many, idem_complete_many and idem_fail_many decide
  * each element with protocol_claim or protocol_finish, exactly as one call
- * per element in the array's order would, between protocol_batch_begin()
- * and protocol_batch_end(); protocol_batch_next() comes before each
- * element.  What the batch shares is set up once (record_batch_begin).
+ * per element in the array's order would, passing them the batch that
+ * protocol_batch_begin() returned, up to protocol_batch_end();
+ * protocol_batch_next() comes before each element.  What the batch shares
+ * is set up once: a bracket of the record room (record_batch_open).
  *
  * One call per element in one transaction would run as statements of
  * their own, each seeing what the earlier ones wrote.  A batch is one
@@ -584,34 +606,33 @@ protocol_claim(const IdemKey *key, const IdemFingerprint *fp, bool wait,
  * and not (under REPEATABLE READ) a record that the snapshot misses.
  *
  * Nothing here is per key but the decision itself: no lock is kept, and
- * the caller resets its memory after each element.  An error ends the
- * batch with protocol_batch_abandon(), before the abort cleans up.
+ * the caller resets its memory after each element.  An error needs no
+ * clean-up: the abort pops the snapshot and closes the bracket's
+ * relations, and the batch is memory of the caller's context.
  */
-void
+ProtocolBatch *
 protocol_batch_begin(void)
 {
+	ProtocolBatch *batch = palloc(sizeof(ProtocolBatch));
+
 	PushCopiedSnapshot(GetActiveSnapshot());
-	record_batch_begin();
+	batch->records = record_batch_open();
+	return batch;
 }
 
 void
-protocol_batch_next(void)
+protocol_batch_next(ProtocolBatch *batch)
 {
 	CHECK_FOR_INTERRUPTS();
 	UpdateActiveSnapshotCommandId();
 }
 
 void
-protocol_batch_end(void)
+protocol_batch_end(ProtocolBatch *batch)
 {
-	record_batch_end();
+	record_batch_close(batch->records);
 	PopActiveSnapshot();
-}
-
-void
-protocol_batch_abandon(void)
-{
-	record_batch_abandon();
+	pfree(batch);
 }
 
 /*
@@ -629,6 +650,7 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 				IdemAnswer *answer)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	RecordAccess *ra;
 	IdemRecord	rec;
 	bool		found;
 	bool		busy;
@@ -654,11 +676,11 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 						 name)));
 	}
 
-	record_open();
-	found = record_fetch(key, &rec);
+	ra = record_open(NULL);
+	found = record_fetch(ra, key, &rec);
 	busy = !(found && !record_expired(&rec, now) && is_final(&rec)) &&
-		!recovery && !OidIsValid(subid) && record_busy(key);
-	record_close();
+		!recovery && !OidIsValid(subid) && record_busy(ra, key);
+	record_close(ra);
 
 	if (found && !record_expired(&rec, now) && is_final(&rec))
 	{
@@ -686,9 +708,9 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
  * reconciliation job may safely release twice.
  */
 bool
-protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
-				int32 attempt, bool has_status, int32 status, bytea *body,
-				Jsonb *headers)
+protocol_finish(ProtocolBatch *batch, const IdemKey *key, IdemFinish how,
+				bool has_attempt, int32 attempt, bool has_status,
+				int32 status, bytea *body, Jsonb *headers)
 {
 	static const char *const function_names[] = {
 		[IDEM_FINISH_COMPLETE] = "idem_complete()",
@@ -697,16 +719,17 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 		[IDEM_FINISH_RELEASE] = "idem_release()"
 	};
 	const char *function = function_names[how];
+	RecordAccess *ra;
 	IdemRecord	snap;
 	IdemRecord	rec;
 	bool		have_snap = false;
 
 	require_primary(function);
-	record_open();
+	ra = record_open(batch != NULL ? batch->records : NULL);
 	/* the write's locks may wait: before the clock is read below */
-	record_prepare_write();
+	record_prepare_write(ra);
 	if (IsolationUsesXactSnapshot())
-		have_snap = record_fetch(key, &snap);
+		have_snap = record_fetch(ra, key, &snap);
 
 	for (;;)
 	{
@@ -714,41 +737,37 @@ protocol_finish(const IdemKey *key, IdemFinish how, bool has_attempt,
 		TimestampTz now;
 
 		CHECK_FOR_INTERRUPTS();
-		found = record_probe(key, true, &rec, NULL) == RECORD_FOUND;
+		found = record_probe(ra, key, true, RECORD_FOR_FINISH, &rec,
+							 NULL) == RECORD_FOUND;
 		/* the probe or the last write may have waited: now is after it */
 		now = GetCurrentTimestamp();
 
-		check_version(key, have_snap, &snap, found, &rec);
+		check_version(key, have_snap, found, &rec);
 		if (!found || record_expired(&rec, now))
-			report_not_pending(key, function,
-							   "The key has no live record.", 0);
+			report_not_pending(key, function, NOT_LIVE, 0);
 		if (has_attempt && attempt != rec.attempt)
-			report_not_pending(key, function,
-							   "Attempt %d is not the key's current attempt.",
-							   attempt);
+			report_not_pending(key, function, NOT_CURRENT, attempt);
 		if (rec.state != IDEM_PENDING)
 		{
 			if (how == IDEM_FINISH_RELEASE &&
 				rec.state == IDEM_FAILED && rec.retryable)
 			{
 				/* nothing written: claims need not wait for this one */
-				record_unlock(key);
-				record_close();
+				record_unlock(ra, key);
+				record_close(ra);
 				return false;
 			}
 			report_not_pending(key, function,
 							   rec.state == IDEM_SUCCEEDED ?
-							   "The record of attempt %d has succeeded." :
-							   "The record of attempt %d has failed.",
-							   rec.attempt);
+							   NOT_SUCCEEDED : NOT_FAILED, rec.attempt);
 		}
-		if (record_finish(key,
+		if (record_finish(ra, key, &rec,
 						  how == IDEM_FINISH_COMPLETE ? IDEM_SUCCEEDED : IDEM_FAILED,
 						  how == IDEM_FINISH_FAIL_RETRYABLE || how == IDEM_FINISH_RELEASE,
 						  has_status, status, body, headers, now) == RECORD_WRITTEN)
 			break;
 	}
-	record_close();
+	record_close(ra);
 	stats_count_finish(how);
 	wait_key_finished(key);
 	return true;
@@ -759,11 +778,11 @@ List *
 protocol_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
 			  TupleDesc desc)
 {
+	RecordAccess *ra = record_open(NULL);
 	List	   *rows;
 
-	record_open();
-	rows = record_list(tenant, endpoint, with_body, max_rows, desc);
-	record_close();
+	rows = record_list(ra, tenant, endpoint, with_body, max_rows, desc);
+	record_close(ra);
 	return rows;
 }
 
@@ -775,14 +794,15 @@ protocol_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
 bool
 protocol_forget(const IdemKey *key)
 {
+	RecordAccess *ra;
 	bool		forgotten;
 
 	require_primary("idem_forget()");
-	record_open();
-	forgotten = record_forget(key);
+	ra = record_open(NULL);
+	forgotten = record_forget(ra, key);
 	if (!forgotten)
-		record_unlock(key);
-	record_close();
+		record_unlock(ra, key);
+	record_close(ra);
 	if (forgotten)
 		wait_key_finished(key);
 	return forgotten;

@@ -37,6 +37,7 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "record.h"
 
 /*
  * The relations to purge on this node (record_purge_targets), in the
@@ -46,11 +47,11 @@
 List *
 purge_targets(bool *distributed)
 {
+	RecordAccess *ra = record_open(NULL);
 	List	   *targets;
 
-	record_open();
-	targets = record_purge_targets(distributed);
-	record_close();
+	targets = record_purge_targets(ra, distributed);
+	record_close(ra);
 	return targets;
 }
 
@@ -63,11 +64,12 @@ purge_targets(bool *distributed)
 uint64
 purge_batch(Oid target, TimestampTz now, IdemPurgeScan *scan, bool *more)
 {
+	RecordAccess *ra = record_open(NULL);
 	uint64		deleted;
 
-	record_open();
-	deleted = record_purge_batch(target, now, idem_purge_batch, scan, more);
-	record_close();
+	deleted = record_purge_batch(ra, target, now, idem_purge_batch, scan,
+								 more);
+	record_close(ra);
 	return deleted;
 }
 

@@ -1,16 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * record.h
- *	  The two ways into idem_record, as record.c dispatches to them.
+ *	  The one interface to idem_record: what the protocol, the purge and
+ *	  the subscription check may ask of the record room.
  *
- * record.c reads and writes a local idem_record directly through its
- * unique index and the heap; record_sql.c goes through SQL (SPI), which
- * is what a table distributed by Citus needs, and which also runs the
- * purge, the listing and idem_forget.  Nothing outside these two files
- * includes this header.  record_sql.c calls back into record.c for one
- * thing only: the purge takes the fencing floor's rows directly, without
- * waiting (idem_hold_floor), which SQL cannot do for a row that another
- * transaction is inserting.
+ * Every call takes the access handle that record_open() returned (or a
+ * batch's, from record_batch_open()), and a write takes the record that a
+ * probe read, whose version it acts on: nothing about a call is kept
+ * between calls but per-backend caches of the table's OIDs and plans.
  *
  *-------------------------------------------------------------------------
  */
@@ -19,34 +16,91 @@
 
 #include "idem.h"
 
-/* record_sql.c */
-extern void sql_open(MemoryContext caller);
-extern void sql_close(void);
-extern bool sql_distributed(Oid relid);
-extern bool sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec);
-extern RecordProbe sql_probe(const IdemKey *key, bool wait, IdemRecord *rec,
-							 bool *own);
-extern bool sql_busy(const IdemKey *key);
-extern void sql_unlock(const IdemKey *key);
-extern bool sql_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
-							 TimestampTz now, TimestampTz lease_expires_at,
-							 TimestampTz expires_at, int32 *attempt);
-extern RecordWrite sql_reclaim(const IdemKey *key, const IdemRecord *rec,
-							   TimestampTz now, bool wait);
-extern RecordWrite sql_finish(const IdemKey *key, IdemState state,
-							  bool retryable, bool has_status, int32 status,
-							  bytea *body, Jsonb *headers, TimestampTz now);
-extern List *sql_purge_targets(bool *distributed);
-extern uint64 sql_purge_batch(Oid target, TimestampTz now, int batch,
-							  IdemPurgeScan *scan, bool *more);
-extern List *sql_list(text *tenant, text *endpoint, bool with_body,
-					  int32 max_rows, TupleDesc desc);
-extern bool sql_forget(const IdemKey *key);
+#include "storage/itemptr.h"
 
-/* record.c, for the purge's statements in record_sql.c */
-extern void idem_hold_floor(const int32 *buckets, int n, bool *held);
+/* An open bracket of calls on idem_record (record.c, record_way.h) */
+typedef struct RecordAccess RecordAccess;
 
-/* The names of idem_record.state, indexed by IdemState */
-extern const char *const record_state_names[];
+/* A record as read from idem_record */
+typedef struct IdemRecord
+{
+	IdemState	state;
+	bool		retryable;
+	IdemFingerprint fingerprint;
+	bool		has_status;
+	int32		status;
+	bytea	   *body;			/* NULL when the response had none */
+	Jsonb	   *headers;		/* NULL when the response had none */
+	int32		attempt;
+	TimestampTz created_at;
+	TimestampTz lease_expires_at;
+	TimestampTz expires_at;
+
+	/*
+	 * Set by a probe: the version read (its tid on the direct way; the SQL
+	 * way recognizes it by the values above), and whether this
+	 * transaction's snapshot shows that version
+	 */
+	ItemPointerData tid;
+	bool		visible;
+} IdemRecord;
+
+/* What record_probe finds of a key's record */
+typedef enum RecordProbe
+{
+	RECORD_ABSENT,				/* none, and nobody is writing one */
+	RECORD_BUSY,				/* another transaction is writing it */
+	RECORD_FOUND				/* the newest version */
+} RecordProbe;
+
+/* What a write of a probed record did */
+typedef enum RecordWrite
+{
+	RECORD_WRITTEN,
+	RECORD_WRITE_BUSY,			/* another transaction holds it */
+	RECORD_CHANGED				/* no longer the newest version: probe again */
+} RecordWrite;
+
+/* Why a probe that waits for another transaction waits, for its context */
+typedef enum RecordIntent
+{
+	RECORD_FOR_CLAIM,
+	RECORD_FOR_FINISH,
+	RECORD_FOR_FORGET
+} RecordIntent;
+
+extern Oid	record_relation(void);
+extern RecordAccess *record_open(RecordAccess *batch);
+extern void record_close(RecordAccess *ra);
+extern RecordAccess *record_batch_open(void);
+extern void record_batch_close(RecordAccess *batch);
+extern void record_prepare_write(RecordAccess *ra);
+extern bool record_fetch(RecordAccess *ra, const IdemKey *key,
+						 IdemRecord *rec);
+extern RecordProbe record_probe(RecordAccess *ra, const IdemKey *key,
+								bool wait, RecordIntent intent,
+								IdemRecord *rec, bool *own);
+extern bool record_busy(RecordAccess *ra, const IdemKey *key);
+extern void record_unlock(RecordAccess *ra, const IdemKey *key);
+extern bool record_insert_claim(RecordAccess *ra, const IdemKey *key,
+								const IdemFingerprint *fp,
+								TimestampTz now, TimestampTz lease_expires_at,
+								TimestampTz expires_at, int32 *attempt);
+extern RecordWrite record_reclaim(RecordAccess *ra, const IdemKey *key,
+								  const IdemRecord *probed,
+								  const IdemRecord *claim, TimestampTz now,
+								  bool wait);
+extern RecordWrite record_finish(RecordAccess *ra, const IdemKey *key,
+								 const IdemRecord *probed, IdemState state,
+								 bool retryable, bool has_status,
+								 int32 status, bytea *body, Jsonb *headers,
+								 TimestampTz now);
+extern bool record_forget(RecordAccess *ra, const IdemKey *key);
+extern List *record_list(RecordAccess *ra, text *tenant, text *endpoint,
+						 bool with_body, int32 max_rows, TupleDesc desc);
+extern List *record_purge_targets(RecordAccess *ra, bool *distributed);
+extern uint64 record_purge_batch(RecordAccess *ra, Oid target,
+								 TimestampTz now, int batch,
+								 IdemPurgeScan *scan, bool *more);
 
 #endif							/* IDEM_RECORD_H */

@@ -69,7 +69,7 @@
 #include "utils/syscache.h"
 
 #include "access.h"
-#include "record.h"
+#include "record_way.h"
 
 typedef enum RecordPlan
 {
@@ -126,7 +126,7 @@ enum
 
 typedef struct PlanSpec
 {
-	const char *sql;			/* %1$s: idem_record, %2$s: idem_attempt_floor */
+	const char *sql;			/* @record@: idem_record, @floor@: idem_attempt_floor */
 	int			nargs;
 	Oid			argtypes[10];
 } PlanSpec;
@@ -134,7 +134,7 @@ typedef struct PlanSpec
 static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_INSERT] = {
 		/* the floor is read apart: Citus cannot plan it inside the INSERT */
-		"INSERT INTO %1$s (tenant, endpoint, key, state, fingerprint, attempt,"
+		"INSERT INTO @record@ (tenant, endpoint, key, state, fingerprint, attempt,"
 		" created_at, claimed_at, lease_expires_at, expires_at)"
 		" VALUES ($1, $2, $3, 'pending', $4, $8, $5, $5, $6, $7)"
 		" ON CONFLICT (tenant, endpoint, key) DO NOTHING",
@@ -142,31 +142,30 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}
 	},
 	[PLAN_FLOOR] = {
-		/* %1$.0s: a format must use every argument before the last one */
-		"SELECT attempt FROM %2$s" FLOOR_MATCH "%1$.0s",
+		"SELECT attempt FROM @floor@" FLOOR_MATCH,
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 	[PLAN_REFENCE] = {
-		"UPDATE %1$s SET attempt = $4" KEY_MATCH,
+		"UPDATE @record@ SET attempt = $4" KEY_MATCH,
 		4, {TEXTOID, TEXTOID, TEXTOID, INT4OID}
 	},
 	[PLAN_FETCH] = {
 		"SELECT state, retryable, fingerprint, status, body, attempt,"
-		" created_at, lease_expires_at, expires_at, headers FROM %s" KEY_MATCH,
+		" created_at, lease_expires_at, expires_at, headers FROM @record@" KEY_MATCH,
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 	[PLAN_LOCK] = {
 		/* a row that another transaction holds, or that is gone: no row */
 		"SELECT state, retryable, attempt, created_at, lease_expires_at"
-		" FROM %s" KEY_MATCH " FOR NO KEY UPDATE SKIP LOCKED",
+		" FROM @record@" KEY_MATCH " FOR NO KEY UPDATE SKIP LOCKED",
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 	[PLAN_LOCK_WAIT] = {
-		"SELECT 1 FROM %s" KEY_MATCH " FOR NO KEY UPDATE",
+		"SELECT 1 FROM @record@" KEY_MATCH " FOR NO KEY UPDATE",
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 	[PLAN_RECLAIM] = {
-		"UPDATE %s SET state = 'pending', retryable = false,"
+		"UPDATE @record@ SET state = 'pending', retryable = false,"
 		" fingerprint = $4, status = NULL, body = NULL, headers = NULL,"
 		" attempt = $5,"
 		" created_at = $6, claimed_at = $7, lease_expires_at = $8,"
@@ -175,7 +174,7 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[PLAN_FINISH] = {
-		"UPDATE %s SET state = $4, retryable = $5, status = $6, body = $7,"
+		"UPDATE @record@ SET state = $4, retryable = $5, status = $6, body = $7,"
 		" finished_at = $8, headers = $9" KEY_MATCH,
 		9, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
 		TIMESTAMPTZOID, JSONBOID}
@@ -183,7 +182,7 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_PURGE_SCAN] = {
 		/* $4[b + 1]: whether the purge leaves bucket b for later */
 		"SELECT ctid, pg_catalog.hashtext(key) OPERATOR(pg_catalog.&) 4095,"
-		" expires_at FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
+		" expires_at FROM @record@ WHERE expires_at OPERATOR(pg_catalog.<=) $1"
 		" AND expires_at OPERATOR(pg_catalog.>=) $3"
 		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
 		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
@@ -193,9 +192,9 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		4, {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, BOOLARRAYOID}
 	},
 	[PLAN_PURGE] = {
-		"WITH deleted AS (DELETE FROM %1$s"
+		"WITH deleted AS (DELETE FROM @record@"
 		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"SELECT ctid FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY ($2)"
+		"SELECT ctid FROM @record@ WHERE ctid OPERATOR(pg_catalog.=) ANY ($2)"
 		" AND expires_at OPERATOR(pg_catalog.<=) $1"
 		" AND (state OPERATOR(pg_catalog.<>) 'pending'"
 		" OR lease_expires_at OPERATOR(pg_catalog.<=) $1)"
@@ -210,41 +209,22 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_LIST] = {
 		"SELECT endpoint, key, state, retryable, status, attempt, created_at,"
 		" claimed_at, lease_expires_at, finished_at, expires_at,"
-		" CASE WHEN $3 THEN body END, CASE WHEN $3 THEN headers END FROM %s"
+		" CASE WHEN $3 THEN body END, CASE WHEN $3 THEN headers END FROM @record@"
 		" WHERE tenant OPERATOR(pg_catalog.=) $1"
 		" AND ($2 IS NULL OR endpoint OPERATOR(pg_catalog.=) $2)"
 		" ORDER BY endpoint, key LIMIT $4",
 		4, {TEXTOID, TEXTOID, BOOLOID, INT4OID}
 	},
 	[PLAN_FORGET] = {
-		"DELETE FROM %s" KEY_MATCH,
+		"DELETE FROM @record@" KEY_MATCH,
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 };
-
-const char *const record_state_names[] = {
-	[IDEM_PENDING] = "pending",
-	[IDEM_SUCCEEDED] = "succeeded",
-	[IDEM_FAILED] = "failed"
-};
-
-/* Whether this open bracket took the key lock (sql_probe), and had it before */
-static bool key_locked = false;
-static bool key_held_before = false;
-
-/* The version of the key's record that the last sql_probe found */
-static IdemRecord probed;
 
 static SPIPlanPtr plans[NUM_PLANS];
 static bool plans_valid = false;
 static bool callback_registered = false;
 static Oid	record_relid = InvalidOid;
-
-/* The caller's memory context during an open bracket */
-static MemoryContext caller_context = NULL;
-
-/* The GUC nest level of the open bracket's pinned search_path */
-static int	pin_nestlevel = 0;
 
 /* Column c of the first row that the last statement returned */
 static Datum
@@ -277,6 +257,35 @@ pin_settings(Oid schema)
 	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	return nestlevel;
+}
+
+/*
+ * A statement's text: the template of plan_specs with the tables' qualified
+ * names in place of @record@ and @floor@
+ */
+static char *
+statement_text(const char *template, const char *record, const char *floor)
+{
+	StringInfoData sql;
+	const char *p = template;
+
+	initStringInfo(&sql);
+	while (*p != '\0')
+	{
+		if (strncmp(p, "@record@", 8) == 0)
+		{
+			appendStringInfoString(&sql, record);
+			p += 8;
+		}
+		else if (strncmp(p, "@floor@", 7) == 0)
+		{
+			appendStringInfoString(&sql, floor);
+			p += 7;
+		}
+		else
+			appendStringInfoChar(&sql, *p++);
+	}
+	return sql.data;
 }
 
 /* Prepare every statement against the extension's idem_record. */
@@ -314,24 +323,23 @@ prepare_plans(void)
 	nestlevel = pin_settings(schema);
 	for (int i = 0; i < NUM_PLANS; i++)
 	{
-		StringInfoData sql;
+		char	   *sql = statement_text(plan_specs[i].sql, qualified,
+											 qualified_floor);
 		SPIPlanPtr	plan;
 		CachedPlan *cplan;
 
-		initStringInfo(&sql);
-		appendStringInfo(&sql, plan_specs[i].sql, qualified, qualified_floor);
-		plan = SPI_prepare_cursor(sql.data, plan_specs[i].nargs,
+		plan = SPI_prepare_cursor(sql, plan_specs[i].nargs,
 								  (Oid *) plan_specs[i].argtypes,
 								  CURSOR_OPT_GENERIC_PLAN);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 sql.data, SPI_result_code_string(SPI_result));
+				 sql, SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
 		cplan = SPI_plan_get_cached_plan(plan);
 		ReleaseCachedPlan(cplan, CurrentResourceOwner);
 		plans[i] = plan;
-		pfree(sql.data);
+		pfree(sql);
 	}
 	AtEOXact_GUC(true, nestlevel);
 	plans_valid = true;
@@ -362,15 +370,15 @@ sql_distributed(Oid relid)
 }
 
 /*
- * Connect to SPI for a bracket of calls whose results go to caller, make
- * sure every statement has its index plan, and run them with the settings
- * they were planned with (pin_settings).
+ * Connect to SPI for a bracket of calls, make sure every statement has its
+ * index plan, and run them with the settings they were planned with
+ * (pin_settings).  The direct way opens such a bracket too, inside its
+ * own, for what it does through SQL (the purge, the listing, a deletion).
  */
 void
-sql_open(MemoryContext caller)
+sql_open(RecordAccess *ra)
 {
-	caller_context = caller;
-	key_locked = false;
+	ra->key_locked = false;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
@@ -384,15 +392,14 @@ sql_open(MemoryContext caller)
 			plans_valid = false;
 	if (!plans_valid)
 		prepare_plans();
-	pin_nestlevel = pin_settings(get_rel_namespace(record_relid));
+	ra->sql_nestlevel = pin_settings(get_rel_namespace(record_relid));
 }
 
 void
-sql_close(void)
+sql_close(RecordAccess *ra)
 {
-	AtEOXact_GUC(true, pin_nestlevel);
+	AtEOXact_GUC(true, ra->sql_nestlevel);
 	SPI_finish();
-	caller_context = NULL;
 }
 
 static int
@@ -405,21 +412,12 @@ run_plan(RecordPlan which, Datum *values, const char *nulls, long tcount)
 	return rc;
 }
 
+/* A fingerprint as a statement's argument: NULL when there is none */
 static Datum
 fingerprint_datum(const IdemFingerprint *fp, char *null)
 {
-	bytea	   *b;
-
-	if (!fp->present)
-	{
-		*null = 'n';
-		return (Datum) 0;
-	}
-	b = (bytea *) palloc(VARHDRSZ + IDEM_FINGERPRINT_LEN);
-	SET_VARSIZE(b, VARHDRSZ + IDEM_FINGERPRINT_LEN);
-	memcpy(VARDATA(b), fp->digest, IDEM_FINGERPRINT_LEN);
-	*null = ' ';
-	return PointerGetDatum(b);
+	*null = fp->present ? ' ' : 'n';
+	return fp->present ? record_fingerprint_datum(fp) : (Datum) 0;
 }
 
 static void
@@ -482,10 +480,11 @@ read_floor(Datum *values, const char *nulls, bool latest)
  * claim reads the newest committed floor and, if it caught up, moves its
  * attempt above it.
  */
-bool
-sql_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
-					TimestampTz now, TimestampTz lease_expires_at,
-					TimestampTz expires_at, int32 *attempt)
+static bool
+sql_insert_claim(RecordAccess *ra, const IdemKey *key,
+				 const IdemFingerprint *fp, TimestampTz now,
+				 TimestampTz lease_expires_at, TimestampTz expires_at,
+				 int32 *attempt)
 {
 	Datum		values[8];
 	char		nulls[8];
@@ -515,18 +514,6 @@ sql_insert_claim(const IdemKey *key, const IdemFingerprint *fp,
 	return true;
 }
 
-static IdemState
-state_from_text(text *t)
-{
-	char	   *s = text_to_cstring(t);
-
-	for (size_t i = 0; i <= IDEM_FAILED; i++)
-		if (strcmp(s, record_state_names[i]) == 0)
-			return (IdemState) i;
-	elog(ERROR, "idem_record has an unknown state \"%s\"", s);
-	pg_unreachable();
-}
-
 /*
  * Read the key's record into rec; false if there is none.  Without latest,
  * the record as the calling statement's snapshot shows it (a read-only
@@ -534,8 +521,8 @@ state_from_text(text *t)
  * the newest committed version, even under REPEATABLE READ, so that the
  * caller can compare it with what its transaction snapshot shows.
  */
-bool
-sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
+static bool
+fetch(RecordAccess *ra, const IdemKey *key, bool latest, IdemRecord *rec)
 {
 	Datum		values[3];
 	char		nulls[3];
@@ -546,15 +533,14 @@ sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 	if (!run_lookup(PLAN_FETCH, values, nulls, latest))
 		return false;
 
-	rec->state = state_from_text(DatumGetTextPP(first_row_column(COL_STATE,
-																  &isnull)));
+	rec->state = record_state_of(TextDatumGetCString(first_row_column(COL_STATE,
+																		&isnull)));
 	rec->retryable = DatumGetBool(first_row_column(COL_RETRYABLE, &isnull));
 
 	d = first_row_column(COL_FINGERPRINT, &isnull);
-	rec->fingerprint.present = !isnull;
+	rec->fingerprint.present = false;
 	if (!isnull)
-		memcpy(rec->fingerprint.digest, VARDATA_ANY(DatumGetByteaPP(d)),
-			   IDEM_FINGERPRINT_LEN);
+		record_read_fingerprint(d, &rec->fingerprint);
 
 	d = first_row_column(COL_STATUS, &isnull);
 	rec->has_status = !isnull;
@@ -565,7 +551,7 @@ sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 		rec->body = NULL;
 	else
 	{
-		MemoryContext old = MemoryContextSwitchTo(caller_context);
+		MemoryContext old = MemoryContextSwitchTo(ra->caller);
 
 		rec->body = DatumGetByteaPCopy(d);
 		MemoryContextSwitchTo(old);
@@ -576,7 +562,7 @@ sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 		rec->headers = NULL;
 	else
 	{
-		MemoryContext old = MemoryContextSwitchTo(caller_context);
+		MemoryContext old = MemoryContextSwitchTo(ra->caller);
 
 		rec->headers = DatumGetJsonbPCopy(d);
 		MemoryContextSwitchTo(old);
@@ -589,7 +575,29 @@ sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
 		DatumGetTimestampTz(first_row_column(COL_LEASE_EXPIRES_AT, &isnull));
 	rec->expires_at =
 		DatumGetTimestampTz(first_row_column(COL_EXPIRES_AT, &isnull));
+	ItemPointerSetInvalid(&rec->tid);
+	rec->visible = true;
 	return true;
+}
+
+/* The record as the calling statement's snapshot shows it */
+static bool
+sql_fetch(RecordAccess *ra, const IdemKey *key, IdemRecord *rec)
+{
+	return fetch(ra, key, false, rec);
+}
+
+/*
+ * Whether two reads of a key's record found the same version: the SQL
+ * way's version is what its writers change, the state, the attempt and
+ * the times a claim writes (PLAN_LOCK's columns)
+ */
+static bool
+same_version(const IdemRecord *a, const IdemRecord *b)
+{
+	return a->state == b->state && a->retryable == b->retryable &&
+		a->attempt == b->attempt && a->created_at == b->created_at &&
+		a->lease_expires_at == b->lease_expires_at;
 }
 
 /*
@@ -600,62 +608,69 @@ sql_fetch(const IdemKey *key, bool latest, IdemRecord *rec)
  * hand) changes it, which lock_probed finds out.  *own tells whether this
  * transaction held the lock before: then the record is its own.
  */
-RecordProbe
-sql_probe(const IdemKey *key, bool wait, IdemRecord *rec, bool *own)
+static RecordProbe
+sql_probe(RecordAccess *ra, const IdemKey *key, bool wait, RecordIntent intent,
+		  IdemRecord *rec, bool *own)
 {
 	bool		already_held = false;
 
-	if (!key_locked)
+	if (!ra->key_locked)
 	{
 		if (!keylock_acquire(key, wait, &already_held))
 			return RECORD_BUSY;
-		key_locked = true;
-		key_held_before = already_held;
+		ra->key_locked = true;
+		ra->key_held_before = already_held;
 	}
-	if (own != NULL)
-		*own = key_held_before;
-	if (!sql_fetch(key, true, rec))
+	*own = ra->key_held_before;
+	if (!fetch(ra, key, true, rec))
 		return RECORD_ABSENT;
-	probed = *rec;
+
+	/*
+	 * Under REPEATABLE READ and SERIALIZABLE: does the transaction's
+	 * snapshot show this version?  SQL has no access to the version itself,
+	 * so the snapshot's read is compared with it.
+	 */
+	if (IsolationUsesXactSnapshot())
+	{
+		IdemRecord	snap;
+
+		rec->visible = fetch(ra, key, false, &snap) && same_version(&snap, rec);
+	}
 	return RECORD_FOUND;
 }
 
 /* Whether another transaction is writing the key's record */
-bool
-sql_busy(const IdemKey *key)
+static bool
+sql_busy(RecordAccess *ra, const IdemKey *key)
 {
 	return keylock_held_by_other(key);
 }
 
 /* Give back the key's lock taken by sql_probe: nothing was written */
-void
-sql_unlock(const IdemKey *key)
+static void
+sql_unlock(RecordAccess *ra, const IdemKey *key)
 {
-	if (key_locked)
+	if (ra->key_locked)
 		keylock_release(key);
-	key_locked = false;
+	ra->key_locked = false;
 }
 
-/* Whether the row that PLAN_LOCK locked is the version sql_probe found */
+/* Whether the row that PLAN_LOCK locked is the version probed */
 static bool
-locked_is_probed(void)
+locked_is_probed(const IdemRecord *probed)
 {
 	IdemRecord	locked;
 	bool		isnull;
 
-	locked.state = state_from_text(DatumGetTextPP(first_row_column(LOCK_STATE,
-																	&isnull)));
+	locked.state = record_state_of(TextDatumGetCString(first_row_column(LOCK_STATE,
+																		  &isnull)));
 	locked.retryable = DatumGetBool(first_row_column(LOCK_RETRYABLE, &isnull));
 	locked.attempt = DatumGetInt32(first_row_column(LOCK_ATTEMPT, &isnull));
 	locked.created_at =
 		DatumGetTimestampTz(first_row_column(LOCK_CREATED_AT, &isnull));
 	locked.lease_expires_at =
 		DatumGetTimestampTz(first_row_column(LOCK_LEASE_EXPIRES_AT, &isnull));
-	return locked.state == probed.state &&
-		locked.retryable == probed.retryable &&
-		locked.attempt == probed.attempt &&
-		locked.created_at == probed.created_at &&
-		locked.lease_expires_at == probed.lease_expires_at;
+	return same_version(&locked, probed);
 }
 
 /*
@@ -683,7 +698,7 @@ locked_is_probed(void)
  * lock is granted at once.
  */
 static RecordWrite
-lock_probed(const IdemKey *key, bool wait)
+lock_probed(const IdemKey *key, const IdemRecord *probed, bool wait)
 {
 	Datum		values[3];
 	char		nulls[3];
@@ -691,7 +706,7 @@ lock_probed(const IdemKey *key, bool wait)
 	key_datums(key, values, nulls);
 	(void) run_plan(PLAN_LOCK, values, nulls, 1);
 	if (SPI_processed == 1)
-		return locked_is_probed() ? RECORD_WRITTEN : RECORD_CHANGED;
+		return locked_is_probed(probed) ? RECORD_WRITTEN : RECORD_CHANGED;
 	if (!wait)
 		return run_lookup(PLAN_FETCH, values, nulls, true) ?
 			RECORD_WRITE_BUSY : RECORD_CHANGED;
@@ -699,21 +714,16 @@ lock_probed(const IdemKey *key, bool wait)
 	return RECORD_CHANGED;
 }
 
-/*
- * Turn the key's record, as the last probe found it, into the pending
- * claim rec.  RECORD_CHANGED if it changed since, or if the lock had to
- * wait (lock_probed); RECORD_WRITE_BUSY if another transaction holds it
- * and wait is false.
- */
-RecordWrite
-sql_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now,
-			bool wait)
+/* record_reclaim: the lock may have had to wait (lock_probed) */
+static RecordWrite
+sql_reclaim(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
+			const IdemRecord *rec, TimestampTz now, bool wait)
 {
 	RecordWrite result;
 	Datum		values[9];
 	char		nulls[9];
 
-	result = lock_probed(key, wait);
+	result = lock_probed(key, probed, wait);
 	if (result != RECORD_WRITTEN)
 		return result;
 
@@ -733,23 +743,21 @@ sql_reclaim(const IdemKey *key, const IdemRecord *rec, TimestampTz now,
 }
 
 /*
- * Store how the key's pending claim, as the last probe found it, ended (its
- * status, body and headers); waits for a transaction that holds it.
- * RECORD_CHANGED if it changed since, or if the lock had to wait
- * (lock_probed): the caller probes again, and finds out whether the claim
- * is still there.  Only non-indexed columns change, so this is a HOT
- * update when the page has room.
+ * record_finish: after a lock that had to wait (lock_probed), the caller
+ * probes again, and finds out whether the claim is still there.  Only
+ * non-indexed columns change, so this is a HOT update when the page has
+ * room.
  */
-RecordWrite
-sql_finish(const IdemKey *key, IdemState state, bool retryable,
-		   bool has_status, int32 status, bytea *body, Jsonb *headers,
-		   TimestampTz now)
+static RecordWrite
+sql_finish(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
+		   IdemState state, bool retryable, bool has_status, int32 status,
+		   bytea *body, Jsonb *headers, TimestampTz now)
 {
 	RecordWrite result;
 	Datum		values[9];
 	char		nulls[9];
 
-	result = lock_probed(key, true);
+	result = lock_probed(key, probed, true);
 	if (result != RECORD_WRITTEN)
 		return result;
 
@@ -776,8 +784,8 @@ sql_finish(const IdemKey *key, IdemState state, bool retryable,
  * only if asked, as tuples of desc, the operator listing's row type.
  */
 List *
-sql_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
-			TupleDesc desc)
+sql_list(RecordAccess *ra, text *tenant, text *endpoint, bool with_body,
+		 int32 max_rows, TupleDesc desc)
 {
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
@@ -804,7 +812,7 @@ sql_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
 
 		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 						  cols, isnull);
-		old = MemoryContextSwitchTo(caller_context);
+		old = MemoryContextSwitchTo(ra->caller);
 		rows = lappend(rows, heap_form_tuple(desc, cols, isnull));
 		MemoryContextSwitchTo(old);
 	}
@@ -813,7 +821,7 @@ sql_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
 
 /* Delete the key's record, whatever its state; false if it had none */
 bool
-sql_forget(const IdemKey *key)
+sql_delete(RecordAccess *ra, const IdemKey *key)
 {
 	Datum		values[3];
 	char		nulls[3];
@@ -821,6 +829,23 @@ sql_forget(const IdemKey *key)
 	key_datums(key, values, nulls);
 	run_plan(PLAN_FORGET, values, nulls, 0);
 	return SPI_processed == 1;
+}
+
+/* record_forget: with the key's lock, so after any writer of the key */
+static bool
+sql_forget(RecordAccess *ra, const IdemKey *key)
+{
+	IdemRecord	rec;
+	bool		own;
+
+	(void) sql_probe(ra, key, true, RECORD_FOR_FORGET, &rec, &own);
+	return sql_delete(ra, key);
+}
+
+/* The SQL way has nothing to set up for writing: its statements lock */
+static void
+sql_prepare_write(RecordAccess *ra)
+{
 }
 
 /*
@@ -833,7 +858,7 @@ sql_forget(const IdemKey *key)
  * coordination and follows the shards wherever the rebalancer moves them.
  */
 List *
-sql_purge_targets(bool *distributed)
+sql_purge_targets(RecordAccess *ra, bool *distributed)
 {
 	Oid			argtypes[1] = {OIDOID};
 	Datum		values[1] = {ObjectIdGetDatum(record_relid)};
@@ -844,7 +869,7 @@ sql_purge_targets(bool *distributed)
 	*distributed = sql_distributed(record_relid);
 	if (!*distributed)
 	{
-		old = MemoryContextSwitchTo(caller_context);
+		old = MemoryContextSwitchTo(ra->caller);
 		targets = list_make1_oid(record_relid);
 		MemoryContextSwitchTo(old);
 		return targets;
@@ -863,7 +888,7 @@ sql_purge_targets(bool *distributed)
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_with_args failed: %s",
 			 SPI_result_code_string(rc));
-	old = MemoryContextSwitchTo(caller_context);
+	old = MemoryContextSwitchTo(ra->caller);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -889,7 +914,7 @@ sql_purge_targets(bool *distributed)
 static void
 run_purge_plan(RecordPlan which, Oid target, Datum *values, const char *nulls)
 {
-	StringInfoData sql;
+	char	   *sql;
 	SPIPlanPtr	plan;
 	int			nestlevel;
 	int			rc;
@@ -902,26 +927,26 @@ run_purge_plan(RecordPlan which, Oid target, Datum *values, const char *nulls)
 	}
 
 	schema = get_namespace_name(get_rel_namespace(target));
-	initStringInfo(&sql);
-	appendStringInfo(&sql, plan_specs[which].sql,
-					 quote_qualified_identifier(schema, get_rel_name(target)));
+	sql = statement_text(plan_specs[which].sql,
+						 quote_qualified_identifier(schema, get_rel_name(target)),
+						 "");
 
 	nestlevel = NewGUCNestLevel();
 	(void) set_config_option("citus.enable_manual_changes_to_shards", "on",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
-	plan = SPI_prepare_cursor(sql.data, plan_specs[which].nargs,
+	plan = SPI_prepare_cursor(sql, plan_specs[which].nargs,
 							  (Oid *) plan_specs[which].argtypes,
 							  CURSOR_OPT_GENERIC_PLAN);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-			 sql.data, SPI_result_code_string(SPI_result));
+			 sql, SPI_result_code_string(SPI_result));
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	AtEOXact_GUC(true, nestlevel);
 	SPI_freeplan(plan);
-	pfree(sql.data);
+	pfree(sql);
 }
 
 /*
@@ -932,7 +957,7 @@ run_purge_plan(RecordPlan which, Oid target, Datum *values, const char *nulls)
  * A batch first reads, without locking anything, up to batch expired
  * records in expiry order from scan->from on, leaving out the buckets of
  * the fencing floor in scan->skip; then takes the floor rows of their
- * buckets without waiting (idem_hold_floor); and only then deletes those
+ * buckets without waiting (record_hold_floor); and only then deletes those
  * of its records whose bucket it holds.  So the AFTER DELETE trigger that
  * raises the floor finds every row it updates already held, and the batch
  * never waits with deletions made: a transaction that holds a bucket (an
@@ -956,8 +981,8 @@ run_purge_plan(RecordPlan which, Oid target, Datum *values, const char *nulls)
  * to purge.
  */
 uint64
-sql_purge_batch(Oid target, TimestampTz now, int batch, IdemPurgeScan *scan,
-				bool *more)
+sql_purge_batch(RecordAccess *ra, Oid target, TimestampTz now, int batch,
+				IdemPurgeScan *scan, bool *more)
 {
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
@@ -1026,7 +1051,7 @@ sql_purge_batch(Oid target, TimestampTz now, int batch, IdemPurgeScan *scan,
 		if (wanted[b])
 			buckets[nbuckets++] = b;
 	held = palloc(nbuckets * sizeof(bool));
-	idem_hold_floor(buckets, nbuckets, held);
+	record_hold_floor(buckets, nbuckets, held);
 	for (int i = 0; i < nbuckets; i++)
 	{
 		wanted[buckets[i]] = held[i];
@@ -1056,3 +1081,17 @@ sql_purge_batch(Oid target, TimestampTz now, int batch, IdemPurgeScan *scan,
 		(deleted > 0 || newly_skipped > 0 || scan->from > from);
 	return deleted;
 }
+
+const RecordMethods sql_methods = {
+	.open = sql_open,
+	.close = sql_close,
+	.prepare_write = sql_prepare_write,
+	.fetch = sql_fetch,
+	.probe = sql_probe,
+	.busy = sql_busy,
+	.unlock = sql_unlock,
+	.insert_claim = sql_insert_claim,
+	.reclaim = sql_reclaim,
+	.finish = sql_finish,
+	.forget = sql_forget
+};
