@@ -24,6 +24,14 @@
 
 #include "compat.h"
 
+/*
+ * The oldest version of the extension's SQL objects that this library
+ * serves: a library serves its own release's and the one before
+ * (doc/operations.md, "Upgrading"); older ones are refused at
+ * idem_extension_schema()
+ */
+#define IDEM_OLDEST_OBJECTS		"0.2.0"
+
 /* SHA-256 digest length: the size of a stored request fingerprint */
 #define IDEM_FINGERPRINT_LEN	32
 
