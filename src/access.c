@@ -44,9 +44,9 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "access.h"
 #include "compat.h"
 
-#include "access.h"
 
 /*
  * The OID of table name in schema (the extension's, InvalidOid when it is

@@ -26,7 +26,12 @@
 #include "utils/memutils.h"
 #include "utils/tuplestore.h"
 
-#include "idem.h"
+#include "api.h"
+#include "fingerprint.h"
+#include "protocol.h"
+#include "purge.h"
+#include "settings.h"
+#include "tenant.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
 PG_FUNCTION_INFO_V1(idem_claim_text);

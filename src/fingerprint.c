@@ -22,7 +22,7 @@
 #include "mb/pg_wchar.h"
 #include "utils/jsonb.h"
 
-#include "idem.h"
+#include "fingerprint.h"
 
 StaticAssertDecl(IDEM_FINGERPRINT_LEN == PG_SHA256_DIGEST_LENGTH,
 				 "a fingerprint is a SHA-256 digest");

@@ -13,6 +13,10 @@
 #include "miscadmin.h"
 
 #include "idem.h"
+#include "settings.h"
+#include "stats.h"
+#include "wait.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 

@@ -1,11 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * idem.h
- *	  Types and prototypes shared by the rooms of the idem extension.
+ *	  The types that the rooms of the idem extension share, and nothing
+ *	  else: each room declares what others may call in a header of its own.
  *
- * A request flows one way: the SQL entry points (api.c) check arguments and
- * hand a key to the protocol (protocol.c), which decides over a record's
- * state and asks record.c, the only code that knows idem_record's columns,
+ * A request flows one way, and the #include lines show it: the SQL entry
+ * points (api.c: api.h, protocol.h) check arguments and hand a key to the
+ * protocol (protocol.c: record.h, stats.h, wait.h), which decides over a
+ * record's state and asks the record room (record.c, record_sql.c:
+ * record_way.h, access.h), the only code that knows idem_record's columns,
  * to read or write it.
  *
  *-------------------------------------------------------------------------
@@ -104,20 +107,6 @@ typedef enum IdemFinish
 } IdemFinish;
 
 /*
- * A claim's wait for a committed pending claim of its key: the wake-up
- * slot's generation when it last looked (with idem preloaded), or the next
- * poll's sleep (without); and when lock_timeout ends the wait, from its
- * first sleep on
- */
-typedef struct IdemWait
-{
-	uint64		generation;
-	long		poll_ms;
-	bool		slept;			/* lock_deadline is set */
-	TimestampTz lock_deadline;
-} IdemWait;
-
-/*
  * Where a purge of one relation has got to, from one batch to the next:
  * the expiry the next batch starts at (DT_NOBEGIN at first), and the
  * buckets of the fencing floor that another transaction held when a batch
@@ -128,121 +117,5 @@ typedef struct IdemPurgeScan
 	TimestampTz from;
 	bool		skip[IDEM_FLOOR_BUCKETS];
 } IdemPurgeScan;
-
-/* settings.c */
-extern int	idem_retention;		/* seconds */
-extern int	idem_retry_window;	/* seconds */
-extern int	idem_lease;			/* milliseconds */
-extern int	idem_max_retention; /* seconds, 0: no cap */
-extern int	idem_max_lease;		/* milliseconds, 0: no cap */
-extern int	idem_purge_interval;	/* milliseconds */
-extern int	idem_purge_batch;	/* rows */
-extern int	idem_max_body_size; /* kilobytes */
-extern bool idem_log_outcomes;
-extern bool idem_standby_replay;
-extern bool idem_require_binding;
-extern int	idem_outbox_retention;	/* seconds */
-extern int	idem_outbox_max_attempts;
-extern int	idem_outbox_backoff;	/* milliseconds */
-extern int	idem_outbox_backoff_max;	/* milliseconds */
-extern void settings_init(void);
-extern void settings_check_retention_rule(int elevel);
-extern void settings_guard_alter_system(void);
-extern int	settings_pin_search_path(Oid schema);
-
-/* fingerprint.c */
-extern void fingerprint_bytes(const char *data, size_t len,
-							  IdemFingerprint *fp);
-extern void fingerprint_text(text *t, IdemFingerprint *fp);
-extern void fingerprint_jsonb(Datum jsonb, IdemFingerprint *fp);
-extern bytea *jsonb_body(Datum jsonb);
-
-/* keylock.c: the key lock of the SQL way into idem_record */
-extern bool keylock_acquire(const IdemKey *key, bool wait,
-							bool *already_held);
-extern bool keylock_held_by_other(const IdemKey *key);
-extern uint64 keylock_hash(const IdemKey *key);
-extern void keylock_release(const IdemKey *key);
-
-/* protocol.c */
-typedef struct ProtocolBatch ProtocolBatch;
-extern void protocol_claim(ProtocolBatch *batch, const IdemKey *key,
-						   const IdemFingerprint *fp, bool wait,
-						   Interval *lease, Interval *retention,
-						   Interval *wait_timeout, IdemAnswer *answer);
-extern bool protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
-							IdemAnswer *answer);
-extern bool protocol_finish(ProtocolBatch *batch, const IdemKey *key,
-							IdemFinish how, bool has_attempt, int32 attempt,
-							bool has_status, int32 status, bytea *body,
-							Jsonb *headers);
-extern List *protocol_list(text *tenant, text *endpoint, bool with_body,
-						   int32 max_rows, TupleDesc desc);
-extern bool protocol_forget(const IdemKey *key);
-extern ProtocolBatch *protocol_batch_begin(void);
-extern void protocol_batch_next(ProtocolBatch *batch);
-extern void protocol_batch_end(ProtocolBatch *batch);
-extern const char *outcome_name(IdemOutcome outcome);
-extern void require_primary(const char *function);
-extern void require_primary_for(const char *function, Oid relid,
-								const char *table);
-extern TimestampTz protocol_lease_end(const char *who, TimestampTz now,
-									  Interval *lease);
-extern TimestampTz protocol_time_plus(TimestampTz now, Interval *span,
-									  const char *name);
-extern void protocol_check_cap(const char *who, const char *what,
-							   TimestampTz now, TimestampTz end, int64 cap_us,
-							   Interval *given, const char *setting,
-							   const char *cap_setting);
-
-/* api.c: argument checks that outbox.c's SQL functions share */
-extern void require_not_null(FunctionCallInfo fcinfo, int argno,
-							 const char *name);
-extern text *check_key_part(text *part, const char *name);
-extern text *key_part_from_arg(FunctionCallInfo fcinfo, int argno,
-							   const char *name);
-extern int32 check_status(int32 status);
-extern Jsonb *check_headers(Jsonb *headers);
-extern int32 check_attempt(int32 attempt);
-extern bool bool_from_arg(FunctionCallInfo fcinfo, int argno,
-						  const char *name);
-extern void check_body_size(const char *what, bytea *body);
-
-/* outbox.c */
-extern Oid	outbox_relation(void);
-extern bool outbox_subscribed(void);
-extern uint64 outbox_purge_batch(TimestampTz now, int batch, bool *more);
-
-/* purge.c */
-extern List *purge_targets(bool *distributed);
-extern uint64 purge_batch(Oid target, TimestampTz now, IdemPurgeScan *scan,
-						  bool *more);
-extern uint64 purge_all(void);
-
-/* stats.c */
-extern void stats_init(void);
-extern void stats_count_claim(IdemOutcome outcome);
-extern void stats_count_finish(IdemFinish how);
-extern void stats_count_purge(uint64 rows, TimestampTz start, TimestampTz end,
-							  bool backlog);
-extern bool stats_purge_backlog(Oid dbid);
-
-/* wait.c */
-extern void wait_init(void);
-extern void wait_key_finished(const IdemKey *key);
-extern void wait_prepare(const IdemKey *key, IdemWait *w);
-extern void wait_sleep(const IdemKey *key, TimestampTz until, IdemWait *w);
-
-/* subscription.c */
-extern Oid	subscription_of_records(void);
-extern Oid	subscription_of(Oid relid);
-
-/* tenant.c */
-extern Oid	idem_extension_schema(void);
-extern void tenant_check(const text *tenant);
-extern text *tenant_bound(void);
-
-/* worker.c */
-extern void worker_register_launcher(void);
 
 #endif							/* IDEM_H */

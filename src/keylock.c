@@ -30,7 +30,7 @@
 #include "miscadmin.h"
 #include "storage/lock.h"
 
-#include "idem.h"
+#include "keylock.h"
 
 /* locktag_field4 of idem's key locks, as shown in pg_locks.objsubid */
 #define IDEM_LOCK_CLASS		0x1de4

@@ -85,7 +85,13 @@
 #include "utils/tuplestore.h"
 
 #include "access.h"
-#include "idem.h"
+#include "api.h"
+#include "fingerprint.h"
+#include "outbox.h"
+#include "protocol.h"
+#include "settings.h"
+#include "subscription.h"
+#include "tenant.h"
 
 PG_FUNCTION_INFO_V1(idem_enqueue);
 PG_FUNCTION_INFO_V1(idem_enqueue_jsonb);

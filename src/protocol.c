@@ -50,8 +50,12 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "idem.h"
+#include "protocol.h"
 #include "record.h"
+#include "settings.h"
+#include "stats.h"
+#include "subscription.h"
+#include "wait.h"
 
 /* A batch's shared state: protocol_batch_begin() */
 struct ProtocolBatch

@@ -36,8 +36,12 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-#include "idem.h"
+#include "outbox.h"
+#include "protocol.h"
+#include "purge.h"
 #include "record.h"
+#include "settings.h"
+#include "stats.h"
 
 /*
  * The relations to purge on this node (record_purge_targets), in the

@@ -108,6 +108,7 @@
 
 #include "access.h"
 #include "record_way.h"
+#include "tenant.h"
 
 /* idem_record's columns, found by name when the table is looked up */
 typedef enum RecordColumn

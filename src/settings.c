@@ -34,7 +34,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
-#include "idem.h"
+#include "settings.h"
 
 /* The defaults of the retention rule's settings, in seconds */
 #define RETENTION_DEFAULT		(24 * 60 * 60)

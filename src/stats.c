@@ -31,7 +31,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "idem.h"
+#include "stats.h"
 
 /* How many databases have counters */
 #define IDEM_STATS_DATABASES	256

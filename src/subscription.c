@@ -32,7 +32,8 @@
 #include "utils/inval.h"
 #include "utils/syscache.h"
 
-#include "idem.h"
+#include "record.h"
+#include "subscription.h"
 
 static bool callback_registered = false;
 static bool cache_valid = false;

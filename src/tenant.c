@@ -73,7 +73,9 @@
 #include "utils/syscache.h"
 #include "utils/varlena.h"
 
-#include "idem.h"
+#include "settings.h"
+#include "subscription.h"
+#include "tenant.h"
 
 PG_FUNCTION_INFO_V1(idem_bind);
 PG_FUNCTION_INFO_V1(idem_unbind);
@@ -597,22 +599,21 @@ binding_table(void)
 	return relid;
 }
 
-/* Run one statement on idem_binding; returns the rows it changed */
+/*
+ * Run one statement on idem_binding; returns the rows it changed.  The
+ * statement names the table without its schema: it runs with the pinned
+ * search_path (settings_pin_search_path), whose schemas are pg_catalog and
+ * the table's, with pg_temp last, so nothing else can stand in for it.
+ */
 static uint64
-binding_write(const char *sql_format, int nargs, Oid *argtypes,
-			  Datum *values)
+binding_write(const char *sql, int nargs, Oid *argtypes, Datum *values)
 {
 	Oid			relid = binding_table();
-	Oid			schema = get_rel_namespace(relid);
-	char	   *sql;
 	int			nestlevel;
 	int			rc;
 	uint64		rows;
 
-	nestlevel = settings_pin_search_path(schema);
-	sql = psprintf(sql_format,
-				   quote_qualified_identifier(get_namespace_name(schema),
-											  get_rel_name(relid)));
+	nestlevel = settings_pin_search_path(get_rel_namespace(relid));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	rc = SPI_execute_with_args(sql, nargs, argtypes, values, NULL, false, 0);
@@ -656,7 +657,7 @@ idem_bind(PG_FUNCTION_ARGS)
 				 errdetail("The tenant is %d bytes long; the limit is %d bytes.",
 						   len, IDEM_MAX_KEY_BYTES)));
 	values[1] = PointerGetDatum(tenant);
-	binding_write("INSERT INTO %s AS b (role, tenant) VALUES ($1, $2)"
+	binding_write("INSERT INTO idem_binding AS b (role, tenant) VALUES ($1, $2)"
 				  " ON CONFLICT (role) DO UPDATE SET tenant = excluded.tenant",
 				  2, argtypes, values);
 	PG_RETURN_VOID();
@@ -681,7 +682,7 @@ idem_unbind(PG_FUNCTION_ARGS)
 	require_superuser();
 	roleid = role_oid_from_arg(fcinfo);
 	values[0] = ObjectIdGetDatum(roleid);
-	rows = binding_write("DELETE FROM %s WHERE role OPERATOR(pg_catalog.=) $1",
+	rows = binding_write("DELETE FROM idem_binding WHERE role OPERATOR(pg_catalog.=) $1",
 						 1, argtypes, values);
 	if (rows == 0 && !SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(roleid)))
 		refuse_unknown_role(roleid);

@@ -57,7 +57,8 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "idem.h"
+#include "keylock.h"
+#include "wait.h"
 
 /* How many wake-up slots: keys beyond it share them */
 #define IDEM_WAIT_SLOTS			128

@@ -60,7 +60,12 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "idem.h"
+#include "outbox.h"
+#include "purge.h"
+#include "settings.h"
+#include "stats.h"
+#include "subscription.h"
+#include "worker.h"
 
 /* Longest stay of one purge worker in its database */
 #define IDEM_PURGE_VISIT_MS		1000

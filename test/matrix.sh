@@ -44,7 +44,7 @@ cd "$(dirname "$0")/.."
 MIRROR=${IDEM_MATRIX_MIRROR:-http://deb.debian.org/debian}
 ROOT=${IDEM_MATRIX_DIR:-/var/tmp/idem-matrix}
 MAJORS=${PG_MAJORS:-17 18 19}
-CFLAGS=${IDEM_CFLAGS:--Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror}
+CFLAGS=${IDEM_CFLAGS:--Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wformat-nonliteral -Werror}
 # sid's and experimental's Release files may be past their Valid-Until
 APT="apt-get -q -y --no-install-recommends -o Acquire::Check-Valid-Until=false -o Dpkg::Use-Pty=0"
 

@@ -1,0 +1,26 @@
+/*-------------------------------------------------------------------------
+ *
+ * api.h
+ *	  The argument checks of the SQL-callable functions that outbox.c's
+ *	  functions share with api.c's.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_API_H
+#define IDEM_API_H
+
+#include "idem.h"
+
+extern void require_not_null(FunctionCallInfo fcinfo, int argno,
+							 const char *name);
+extern text *check_key_part(text *part, const char *name);
+extern text *key_part_from_arg(FunctionCallInfo fcinfo, int argno,
+							   const char *name);
+extern int32 check_status(int32 status);
+extern Jsonb *check_headers(Jsonb *headers);
+extern int32 check_attempt(int32 attempt);
+extern bool bool_from_arg(FunctionCallInfo fcinfo, int argno,
+						  const char *name);
+extern void check_body_size(const char *what, bytea *body);
+
+#endif							/* IDEM_API_H */

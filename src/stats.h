@@ -1,0 +1,20 @@
+/*-------------------------------------------------------------------------
+ *
+ * stats.h
+ *	  The shared-memory counters: stats.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_STATS_H
+#define IDEM_STATS_H
+
+#include "idem.h"
+
+extern void stats_init(void);
+extern void stats_count_claim(IdemOutcome outcome);
+extern void stats_count_finish(IdemFinish how);
+extern void stats_count_purge(uint64 rows, TimestampTz start, TimestampTz end,
+							  bool backlog);
+extern bool stats_purge_backlog(Oid dbid);
+
+#endif							/* IDEM_STATS_H */
