@@ -38,12 +38,13 @@ $node->safe_psql('postgres', q{
 });
 $node->safe_psql('app', q{CREATE EXTENSION idem VERSION '0.1.0'});
 
-# until the update, this library cannot read bindings there: it refuses
+# until the update, this library serves none of 0.1.0's objects there (it
+# could not read bindings either): it refuses, in one place and one way
 my ($ret, $out, $err) = $node->psql('app',
 	q{SELECT outcome FROM idem_claim('acme', 'POST /orders', 'early')},
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-like($err, qr/ERROR:  42501: permission denied for idem tenant "acme"\nDETAIL:  The tenant bindings of extension "idem" cannot be read in this database\./,
-	'before ALTER EXTENSION UPDATE every call is refused with 42501');
+like($err, qr/ERROR:  55000: extension "idem" is at version 0\.1\.0 in this database, older than this library serves/,
+	'before ALTER EXTENSION UPDATE every call is refused with 55000');
 $node->safe_psql('app', q{ALTER EXTENSION idem UPDATE});
 is($node->safe_psql('app', q{SELECT role, tenant FROM idem_binding ORDER BY role::text}),
 	"app_acme|acme\napp_db|initech",
