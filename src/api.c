@@ -33,25 +33,10 @@
 #include "settings.h"
 #include "tenant.h"
 
-PG_FUNCTION_INFO_V1(idem_claim);
-PG_FUNCTION_INFO_V1(idem_claim_text);
-PG_FUNCTION_INFO_V1(idem_claim_jsonb);
-PG_FUNCTION_INFO_V1(idem_complete);
-PG_FUNCTION_INFO_V1(idem_complete_jsonb);
-PG_FUNCTION_INFO_V1(idem_fail);
-PG_FUNCTION_INFO_V1(idem_fail_jsonb);
-PG_FUNCTION_INFO_V1(idem_replay);
-PG_FUNCTION_INFO_V1(idem_replay_text);
-PG_FUNCTION_INFO_V1(idem_replay_jsonb);
 PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_purge);
 PG_FUNCTION_INFO_V1(idem_list);
 PG_FUNCTION_INFO_V1(idem_forget);
-PG_FUNCTION_INFO_V1(idem_claim_many);
-PG_FUNCTION_INFO_V1(idem_claim_many_text);
-PG_FUNCTION_INFO_V1(idem_claim_many_jsonb);
-PG_FUNCTION_INFO_V1(idem_complete_many);
-PG_FUNCTION_INFO_V1(idem_fail_many);
 
 /* How a function's fingerprint argument is given */
 typedef enum FingerprintKind
@@ -440,23 +425,9 @@ claim(FunctionCallInfo fcinfo, FingerprintKind kind)
 	return HeapTupleGetDatum(answer_tuple(fcinfo, &answer));
 }
 
-Datum
-idem_claim(PG_FUNCTION_ARGS)
-{
-	return claim(fcinfo, FP_BYTEA);
-}
-
-Datum
-idem_claim_text(PG_FUNCTION_ARGS)
-{
-	return claim(fcinfo, FP_TEXT);
-}
-
-Datum
-idem_claim_jsonb(PG_FUNCTION_ARGS)
-{
-	return claim(fcinfo, FP_JSONB);
-}
+IDEM_SQL_FUNCTION(idem_claim, claim, FP_BYTEA);
+IDEM_SQL_FUNCTION(idem_claim_text, claim, FP_TEXT);
+IDEM_SQL_FUNCTION(idem_claim_jsonb, claim, FP_JSONB);
 
 /*
  * idem_complete (status, body, attempt, headers) and idem_fail (status,
@@ -490,29 +461,10 @@ finish(FunctionCallInfo fcinfo, bool jsonb, bool failed)
 	PG_RETURN_VOID();
 }
 
-Datum
-idem_complete(PG_FUNCTION_ARGS)
-{
-	return finish(fcinfo, false, false);
-}
-
-Datum
-idem_complete_jsonb(PG_FUNCTION_ARGS)
-{
-	return finish(fcinfo, true, false);
-}
-
-Datum
-idem_fail(PG_FUNCTION_ARGS)
-{
-	return finish(fcinfo, false, true);
-}
-
-Datum
-idem_fail_jsonb(PG_FUNCTION_ARGS)
-{
-	return finish(fcinfo, true, true);
-}
+IDEM_SQL_FUNCTION(idem_complete, finish, false, false);
+IDEM_SQL_FUNCTION(idem_complete_jsonb, finish, true, false);
+IDEM_SQL_FUNCTION(idem_fail, finish, false, true);
+IDEM_SQL_FUNCTION(idem_fail_jsonb, finish, true, true);
 
 Datum
 idem_release(PG_FUNCTION_ARGS)
@@ -564,23 +516,9 @@ replay(FunctionCallInfo fcinfo, FingerprintKind kind)
 	SRF_RETURN_DONE(funcctx);
 }
 
-Datum
-idem_replay(PG_FUNCTION_ARGS)
-{
-	return replay(fcinfo, FP_BYTEA);
-}
-
-Datum
-idem_replay_text(PG_FUNCTION_ARGS)
-{
-	return replay(fcinfo, FP_TEXT);
-}
-
-Datum
-idem_replay_jsonb(PG_FUNCTION_ARGS)
-{
-	return replay(fcinfo, FP_JSONB);
-}
+IDEM_SQL_FUNCTION(idem_replay, replay, FP_BYTEA);
+IDEM_SQL_FUNCTION(idem_replay_text, replay, FP_TEXT);
+IDEM_SQL_FUNCTION(idem_replay_jsonb, replay, FP_JSONB);
 
 Datum
 idem_purge(PG_FUNCTION_ARGS)
@@ -864,23 +802,9 @@ claim_many(FunctionCallInfo fcinfo, FingerprintKind kind)
 	return (Datum) 0;
 }
 
-Datum
-idem_claim_many(PG_FUNCTION_ARGS)
-{
-	return claim_many(fcinfo, FP_BYTEA);
-}
-
-Datum
-idem_claim_many_text(PG_FUNCTION_ARGS)
-{
-	return claim_many(fcinfo, FP_TEXT);
-}
-
-Datum
-idem_claim_many_jsonb(PG_FUNCTION_ARGS)
-{
-	return claim_many(fcinfo, FP_JSONB);
-}
+IDEM_SQL_FUNCTION(idem_claim_many, claim_many, FP_BYTEA);
+IDEM_SQL_FUNCTION(idem_claim_many_text, claim_many, FP_TEXT);
+IDEM_SQL_FUNCTION(idem_claim_many_jsonb, claim_many, FP_JSONB);
 
 /* The element-wise arguments of idem_complete_many and idem_fail_many */
 typedef struct FinishArrays
@@ -1048,14 +972,5 @@ finish_many(FunctionCallInfo fcinfo, bool failed)
 	PG_RETURN_INT32(arrays.nkeys);
 }
 
-Datum
-idem_complete_many(PG_FUNCTION_ARGS)
-{
-	return finish_many(fcinfo, false);
-}
-
-Datum
-idem_fail_many(PG_FUNCTION_ARGS)
-{
-	return finish_many(fcinfo, true);
-}
+IDEM_SQL_FUNCTION(idem_complete_many, finish_many, false);
+IDEM_SQL_FUNCTION(idem_fail_many, finish_many, true);

@@ -11,6 +11,23 @@
 
 #include "idem.h"
 
+#include "fmgr.h"
+
+/*
+ * A SQL-callable function whose body is another's, called with the
+ * arguments that tell its overloads apart (a fingerprint or payload given
+ * as bytea, text or jsonb, a failure or a success): body(fcinfo, ...).
+ * The overloads keep a C symbol each, which their SQL definitions name.
+ */
+#define IDEM_SQL_FUNCTION(name, body, ...) \
+PG_FUNCTION_INFO_V1(name); \
+Datum \
+name(PG_FUNCTION_ARGS) \
+{ \
+	return body(fcinfo, __VA_ARGS__); \
+} \
+extern int no_such_variable
+
 extern void require_not_null(FunctionCallInfo fcinfo, int argno,
 							 const char *name);
 extern text *check_key_part(text *part, const char *name);

@@ -93,8 +93,6 @@
 #include "subscription.h"
 #include "tenant.h"
 
-PG_FUNCTION_INFO_V1(idem_enqueue);
-PG_FUNCTION_INFO_V1(idem_enqueue_jsonb);
 PG_FUNCTION_INFO_V1(idem_take);
 PG_FUNCTION_INFO_V1(idem_delivered);
 PG_FUNCTION_INFO_V1(idem_retry);
@@ -1063,17 +1061,8 @@ enqueue_call(FunctionCallInfo fcinfo, bool jsonb)
 													  values, nulls)));
 }
 
-Datum
-idem_enqueue(PG_FUNCTION_ARGS)
-{
-	return enqueue_call(fcinfo, false);
-}
-
-Datum
-idem_enqueue_jsonb(PG_FUNCTION_ARGS)
-{
-	return enqueue_call(fcinfo, true);
-}
+IDEM_SQL_FUNCTION(idem_enqueue, enqueue_call, false);
+IDEM_SQL_FUNCTION(idem_enqueue_jsonb, enqueue_call, true);
 
 /*
  * idem_take(topic, max_messages, lease, tenant).  A role that a binding

@@ -481,9 +481,14 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 			break;
 		}
 
+		next.state = IDEM_PENDING;
+		next.retryable = false;
+		next.has_status = false;
+		next.body = NULL;
+		next.headers = NULL;
 		next.lease_expires_at = lease_expires_at;
 		next.expires_at = expires_at;
-		switch (record_reclaim(ra, key, &rec, &next, now, wait))
+		switch (record_write(ra, key, &rec, &next, now, wait))
 		{
 			case RECORD_WRITTEN:
 				answer_with(answer, IDEM_CLAIMED, &next);
@@ -739,6 +744,7 @@ protocol_finish(ProtocolBatch *batch, const IdemKey *key, IdemFinish how,
 	{
 		bool		found;
 		TimestampTz now;
+		IdemRecord	next;
 
 		CHECK_FOR_INTERRUPTS();
 		found = record_probe(ra, key, true, RECORD_FOR_FINISH, &rec,
@@ -765,10 +771,15 @@ protocol_finish(ProtocolBatch *batch, const IdemKey *key, IdemFinish how,
 							   rec.state == IDEM_SUCCEEDED ?
 							   NOT_SUCCEEDED : NOT_FAILED, rec.attempt);
 		}
-		if (record_finish(ra, key, &rec,
-						  how == IDEM_FINISH_COMPLETE ? IDEM_SUCCEEDED : IDEM_FAILED,
-						  how == IDEM_FINISH_FAIL_RETRYABLE || how == IDEM_FINISH_RELEASE,
-						  has_status, status, body, headers, now) == RECORD_WRITTEN)
+		next = rec;
+		next.state = how == IDEM_FINISH_COMPLETE ? IDEM_SUCCEEDED : IDEM_FAILED;
+		next.retryable = how == IDEM_FINISH_FAIL_RETRYABLE ||
+			how == IDEM_FINISH_RELEASE;
+		next.has_status = has_status;
+		next.status = status;
+		next.body = body;
+		next.headers = headers;
+		if (record_write(ra, key, &rec, &next, now, true) == RECORD_WRITTEN)
 			break;
 	}
 	record_close(ra);

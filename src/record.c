@@ -404,31 +404,17 @@ record_insert_claim(RecordAccess *ra, const IdemKey *key,
 }
 
 /*
- * Turn the key's record, the version probed, into the pending claim
- * described by claim.  RECORD_CHANGED if another transaction changed it
- * since, or if the write had to wait; RECORD_WRITE_BUSY if one holds it
- * and wait is false.
- */
-RecordWrite
-record_reclaim(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
-			   const IdemRecord *claim, TimestampTz now, bool wait)
-{
-	return ra->methods->reclaim(ra, key, probed, claim, now, wait);
-}
-
-/*
- * Store how the key's pending claim, the version probed, ended (its
- * status, body and headers); waits for a transaction that holds it.
+ * Replace the key's record, the version probed, with next: a pending claim
+ * again (claimed now) or a finished record (finished now).
  * RECORD_CHANGED if another transaction changed it since, or if the write
- * had to wait.
+ * had to wait for one that held it; RECORD_WRITE_BUSY if one holds it and
+ * wait is false.
  */
 RecordWrite
-record_finish(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
-			  IdemState state, bool retryable, bool has_status, int32 status,
-			  bytea *body, Jsonb *headers, TimestampTz now)
+record_write(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
+			 const IdemRecord *next, TimestampTz now, bool wait)
 {
-	return ra->methods->finish(ra, key, probed, state, retryable, has_status,
-							   status, body, headers, now);
+	return ra->methods->write(ra, key, probed, next, now, wait);
 }
 
 /*
@@ -957,6 +943,44 @@ set_column(Datum *values, bool *nulls, RecordColumn c, Datum value,
 	nulls[tables.attnum[c] - 1] = isnull;
 }
 
+/*
+ * Store rec's values in a row being built: all but the key, which a record
+ * never changes.  A pending record is claimed at now, and has not
+ * finished; a finished one finished at now.
+ */
+static void
+set_record(Datum *values, bool *nulls, const IdemRecord *rec, TimestampTz now)
+{
+	bool		pending = rec->state == IDEM_PENDING;
+
+	set_column(values, nulls, C_STATE,
+			   CStringGetTextDatum(record_state_names[rec->state]), false);
+	set_column(values, nulls, C_RETRYABLE, BoolGetDatum(rec->retryable),
+			   false);
+	set_column(values, nulls, C_FINGERPRINT,
+			   rec->fingerprint.present ?
+			   record_fingerprint_datum(&rec->fingerprint) : (Datum) 0,
+			   !rec->fingerprint.present);
+	set_column(values, nulls, C_STATUS, Int32GetDatum(rec->status),
+			   !rec->has_status);
+	set_column(values, nulls, C_BODY, PointerGetDatum(rec->body),
+			   rec->body == NULL);
+	set_column(values, nulls, C_HEADERS, PointerGetDatum(rec->headers),
+			   rec->headers == NULL);
+	set_column(values, nulls, C_ATTEMPT, Int32GetDatum(rec->attempt), false);
+	set_column(values, nulls, C_CREATED_AT,
+			   TimestampTzGetDatum(rec->created_at), false);
+	if (pending)
+		set_column(values, nulls, C_CLAIMED_AT, TimestampTzGetDatum(now),
+				   false);
+	set_column(values, nulls, C_LEASE_EXPIRES_AT,
+			   TimestampTzGetDatum(rec->lease_expires_at), false);
+	set_column(values, nulls, C_FINISHED_AT, TimestampTzGetDatum(now),
+			   pending);
+	set_column(values, nulls, C_EXPIRES_AT,
+			   TimestampTzGetDatum(rec->expires_at), false);
+}
+
 /* Replace the version at tid (locked or inserted by this transaction) */
 static void
 update_row(RecordAccess *ra, ItemPointer tid, Datum *values, bool *nulls)
@@ -981,6 +1005,7 @@ direct_insert_claim(RecordAccess *ra, const IdemKey *key,
 	int			natts;
 	Datum	   *values;
 	bool	   *nulls;
+	IdemRecord	claim;
 	int32		floor;
 
 	direct_prepare_write(ra);
@@ -989,24 +1014,22 @@ direct_insert_claim(RecordAccess *ra, const IdemKey *key,
 	nulls = palloc(natts * sizeof(bool));
 	memset(nulls, true, natts * sizeof(bool));
 
-	*attempt = attempt_floor(key) + 1;
+	claim.state = IDEM_PENDING;
+	claim.retryable = false;
+	claim.fingerprint = *fp;
+	claim.has_status = false;
+	claim.status = 0;
+	claim.body = NULL;
+	claim.headers = NULL;
+	claim.attempt = *attempt = attempt_floor(key) + 1;
+	claim.created_at = now;
+	claim.lease_expires_at = lease_expires_at;
+	claim.expires_at = expires_at;
 	set_column(values, nulls, C_TENANT, PointerGetDatum(key->tenant), false);
 	set_column(values, nulls, C_ENDPOINT, PointerGetDatum(key->endpoint),
 			   false);
 	set_column(values, nulls, C_KEY, PointerGetDatum(key->key), false);
-	set_column(values, nulls, C_STATE,
-			   CStringGetTextDatum(record_state_names[IDEM_PENDING]), false);
-	set_column(values, nulls, C_RETRYABLE, BoolGetDatum(false), false);
-	if (fp->present)
-		set_column(values, nulls, C_FINGERPRINT,
-				   record_fingerprint_datum(fp), false);
-	set_column(values, nulls, C_ATTEMPT, Int32GetDatum(*attempt), false);
-	set_column(values, nulls, C_CREATED_AT, TimestampTzGetDatum(now), false);
-	set_column(values, nulls, C_CLAIMED_AT, TimestampTzGetDatum(now), false);
-	set_column(values, nulls, C_LEASE_EXPIRES_AT,
-			   TimestampTzGetDatum(lease_expires_at), false);
-	set_column(values, nulls, C_EXPIRES_AT, TimestampTzGetDatum(expires_at),
-			   false);
+	set_record(values, nulls, &claim, now);
 	access_store_row(&checks, ra->rel, ra->slot, values, nulls);
 	if (!access_insert_speculative(ra->rri, ra->estate, ra->slot,
 								   ra->arbiters))
@@ -1059,9 +1082,10 @@ lock_probed(RecordAccess *ra, const IdemRecord *probed, bool wait)
 	return result == TM_WouldBlock ? RECORD_WRITE_BUSY : RECORD_CHANGED;
 }
 
+/* record_write: only the columns that differ change */
 static RecordWrite
-direct_reclaim(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
-			   const IdemRecord *claim, TimestampTz now, bool wait)
+direct_write(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
+			 const IdemRecord *next, TimestampTz now, bool wait)
 {
 	RecordWrite result;
 	Datum	   *values;
@@ -1072,52 +1096,7 @@ direct_reclaim(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
 	if (result != RECORD_WRITTEN)
 		return result;
 	access_copy_row(ra->slot, &values, &nulls);
-	set_column(values, nulls, C_STATE,
-			   CStringGetTextDatum(record_state_names[IDEM_PENDING]), false);
-	set_column(values, nulls, C_RETRYABLE, BoolGetDatum(false), false);
-	set_column(values, nulls, C_FINGERPRINT,
-			   claim->fingerprint.present ?
-			   record_fingerprint_datum(&claim->fingerprint) : (Datum) 0,
-			   !claim->fingerprint.present);
-	set_column(values, nulls, C_STATUS, (Datum) 0, true);
-	set_column(values, nulls, C_BODY, (Datum) 0, true);
-	set_column(values, nulls, C_HEADERS, (Datum) 0, true);
-	set_column(values, nulls, C_ATTEMPT, Int32GetDatum(claim->attempt), false);
-	set_column(values, nulls, C_CREATED_AT,
-			   TimestampTzGetDatum(claim->created_at), false);
-	set_column(values, nulls, C_CLAIMED_AT, TimestampTzGetDatum(now), false);
-	set_column(values, nulls, C_LEASE_EXPIRES_AT,
-			   TimestampTzGetDatum(claim->lease_expires_at), false);
-	set_column(values, nulls, C_FINISHED_AT, (Datum) 0, true);
-	set_column(values, nulls, C_EXPIRES_AT,
-			   TimestampTzGetDatum(claim->expires_at), false);
-	update_row(ra, &tid, values, nulls);
-	return RECORD_WRITTEN;
-}
-
-/* Only non-indexed columns change: a HOT update when the page has room */
-static RecordWrite
-direct_finish(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
-			  IdemState state, bool retryable, bool has_status, int32 status,
-			  bytea *body, Jsonb *headers, TimestampTz now)
-{
-	RecordWrite result;
-	Datum	   *values;
-	bool	   *nulls;
-	ItemPointerData tid = probed->tid;
-
-	result = lock_probed(ra, probed, true);
-	if (result != RECORD_WRITTEN)
-		return result;
-	access_copy_row(ra->slot, &values, &nulls);
-	set_column(values, nulls, C_STATE,
-			   CStringGetTextDatum(record_state_names[state]), false);
-	set_column(values, nulls, C_RETRYABLE, BoolGetDatum(retryable), false);
-	set_column(values, nulls, C_STATUS, Int32GetDatum(status), !has_status);
-	set_column(values, nulls, C_BODY, PointerGetDatum(body), body == NULL);
-	set_column(values, nulls, C_HEADERS, PointerGetDatum(headers),
-			   headers == NULL);
-	set_column(values, nulls, C_FINISHED_AT, TimestampTzGetDatum(now), false);
+	set_record(values, nulls, next, now);
 	update_row(ra, &tid, values, nulls);
 	return RECORD_WRITTEN;
 }
@@ -1148,7 +1127,6 @@ static const RecordMethods direct_methods = {
 	.busy = direct_busy,
 	.unlock = direct_unlock,
 	.insert_claim = direct_insert_claim,
-	.reclaim = direct_reclaim,
-	.finish = direct_finish,
+	.write = direct_write,
 	.forget = direct_forget
 };

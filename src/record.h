@@ -86,15 +86,10 @@ extern bool record_insert_claim(RecordAccess *ra, const IdemKey *key,
 								const IdemFingerprint *fp,
 								TimestampTz now, TimestampTz lease_expires_at,
 								TimestampTz expires_at, int32 *attempt);
-extern RecordWrite record_reclaim(RecordAccess *ra, const IdemKey *key,
-								  const IdemRecord *probed,
-								  const IdemRecord *claim, TimestampTz now,
-								  bool wait);
-extern RecordWrite record_finish(RecordAccess *ra, const IdemKey *key,
-								 const IdemRecord *probed, IdemState state,
-								 bool retryable, bool has_status,
-								 int32 status, bytea *body, Jsonb *headers,
-								 TimestampTz now);
+extern RecordWrite record_write(RecordAccess *ra, const IdemKey *key,
+								const IdemRecord *probed,
+								const IdemRecord *next, TimestampTz now,
+								bool wait);
 extern bool record_forget(RecordAccess *ra, const IdemKey *key);
 extern List *record_list(RecordAccess *ra, text *tenant, text *endpoint,
 						 bool with_body, int32 max_rows, TupleDesc desc);

@@ -82,8 +82,7 @@ typedef enum RecordPlan
 	PLAN_FETCH,
 	PLAN_LOCK,
 	PLAN_LOCK_WAIT,
-	PLAN_RECLAIM,
-	PLAN_FINISH,
+	PLAN_WRITE,
 	PLAN_PURGE_SCAN,
 	PLAN_PURGE,
 	PLAN_LIST,
@@ -131,7 +130,7 @@ typedef struct PlanSpec
 {
 	const char *sql;			/* @record@: idem_record, @floor@: idem_attempt_floor */
 	int			nargs;
-	Oid			argtypes[10];
+	Oid			argtypes[14];
 } PlanSpec;
 
 static const PlanSpec plan_specs[NUM_PLANS] = {
@@ -167,20 +166,18 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		"SELECT 1 FROM @record@" KEY_MATCH " FOR NO KEY UPDATE",
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
-	[PLAN_RECLAIM] = {
-		"UPDATE @record@ SET state = 'pending', retryable = false,"
-		" fingerprint = $4, status = NULL, body = NULL, headers = NULL,"
-		" attempt = $5,"
-		" created_at = $6, claimed_at = $7, lease_expires_at = $8,"
-		" finished_at = NULL, expires_at = $9" KEY_MATCH,
-		9, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-	},
-	[PLAN_FINISH] = {
-		"UPDATE @record@ SET state = $4, retryable = $5, status = $6, body = $7,"
-		" finished_at = $8, headers = $9" KEY_MATCH,
-		9, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, INT4OID, BYTEAOID,
-		TIMESTAMPTZOID, JSONBOID}
+	[PLAN_WRITE] = {
+		/* $14 is now: a pending claim's claimed_at, or when it finished */
+		"UPDATE @record@ SET state = $4, retryable = $5, fingerprint = $6,"
+		" status = $7, body = $8, headers = $9, attempt = $10,"
+		" created_at = $11, lease_expires_at = $12, expires_at = $13,"
+		" claimed_at = CASE WHEN $4 OPERATOR(pg_catalog.=) 'pending'"
+		" THEN $14 ELSE claimed_at END,"
+		" finished_at = CASE WHEN $4 OPERATOR(pg_catalog.=) 'pending'"
+		" THEN NULL ELSE $14 END" KEY_MATCH,
+		14, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, BYTEAOID, INT4OID,
+			BYTEAOID, JSONBOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[PLAN_PURGE_SCAN] = {
 		/* $4[b + 1]: whether the purge leaves bucket b for later */
@@ -717,66 +714,41 @@ lock_probed(const IdemKey *key, const IdemRecord *probed, bool wait)
 	return RECORD_CHANGED;
 }
 
-/* record_reclaim: the lock may have had to wait (lock_probed) */
+/*
+ * record_write: after a lock that had to wait (lock_probed), the caller
+ * probes again, and finds out whether the record is still there.  A finish
+ * changes no indexed column, so it is a HOT update when the page has room.
+ */
 static RecordWrite
-sql_reclaim(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
-			const IdemRecord *rec, TimestampTz now, bool wait)
+sql_write(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
+		  const IdemRecord *next, TimestampTz now, bool wait)
 {
 	RecordWrite result;
-	Datum		values[9];
-	char		nulls[9];
+	Datum		values[14];
+	char		nulls[14];
 
 	result = lock_probed(key, probed, wait);
 	if (result != RECORD_WRITTEN)
 		return result;
 
 	key_datums(key, values, nulls);
-	values[3] = fingerprint_datum(&rec->fingerprint, &nulls[3]);
-	values[4] = Int32GetDatum(rec->attempt);
-	values[5] = TimestampTzGetDatum(rec->created_at);
-	values[6] = TimestampTzGetDatum(now);
-	values[7] = TimestampTzGetDatum(rec->lease_expires_at);
-	values[8] = TimestampTzGetDatum(rec->expires_at);
-	memset(&nulls[4], ' ', 5);
+	memset(&nulls[3], ' ', 11);
+	values[3] = CStringGetTextDatum(record_state_names[next->state]);
+	values[4] = BoolGetDatum(next->retryable);
+	values[5] = fingerprint_datum(&next->fingerprint, &nulls[5]);
+	values[6] = Int32GetDatum(next->status);
+	nulls[6] = next->has_status ? ' ' : 'n';
+	values[7] = PointerGetDatum(next->body);
+	nulls[7] = next->body != NULL ? ' ' : 'n';
+	values[8] = PointerGetDatum(next->headers);
+	nulls[8] = next->headers != NULL ? ' ' : 'n';
+	values[9] = Int32GetDatum(next->attempt);
+	values[10] = TimestampTzGetDatum(next->created_at);
+	values[11] = TimestampTzGetDatum(next->lease_expires_at);
+	values[12] = TimestampTzGetDatum(next->expires_at);
+	values[13] = TimestampTzGetDatum(now);
 
-	run_plan(PLAN_RECLAIM, values, nulls, 0);
-	if (SPI_processed != 1)
-		elog(ERROR, "idem_record lost a locked record");
-	return RECORD_WRITTEN;
-}
-
-/*
- * record_finish: after a lock that had to wait (lock_probed), the caller
- * probes again, and finds out whether the claim is still there.  Only
- * non-indexed columns change, so this is a HOT update when the page has
- * room.
- */
-static RecordWrite
-sql_finish(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
-		   IdemState state, bool retryable, bool has_status, int32 status,
-		   bytea *body, Jsonb *headers, TimestampTz now)
-{
-	RecordWrite result;
-	Datum		values[9];
-	char		nulls[9];
-
-	result = lock_probed(key, probed, true);
-	if (result != RECORD_WRITTEN)
-		return result;
-
-	key_datums(key, values, nulls);
-	values[3] = CStringGetTextDatum(record_state_names[state]);
-	values[4] = BoolGetDatum(retryable);
-	values[5] = Int32GetDatum(status);
-	values[6] = PointerGetDatum(body);
-	values[7] = TimestampTzGetDatum(now);
-	values[8] = PointerGetDatum(headers);
-	nulls[3] = nulls[4] = nulls[7] = ' ';
-	nulls[5] = has_status ? ' ' : 'n';
-	nulls[6] = body != NULL ? ' ' : 'n';
-	nulls[8] = headers != NULL ? ' ' : 'n';
-
-	run_plan(PLAN_FINISH, values, nulls, 0);
+	run_plan(PLAN_WRITE, values, nulls, 0);
 	if (SPI_processed != 1)
 		elog(ERROR, "idem_record lost a locked record");
 	return RECORD_WRITTEN;
@@ -1094,7 +1066,6 @@ const RecordMethods sql_methods = {
 	.busy = sql_busy,
 	.unlock = sql_unlock,
 	.insert_claim = sql_insert_claim,
-	.reclaim = sql_reclaim,
-	.finish = sql_finish,
+	.write = sql_write,
 	.forget = sql_forget
 };

@@ -69,14 +69,9 @@ struct RecordMethods
 								 const IdemFingerprint *fp, TimestampTz now,
 								 TimestampTz lease_expires_at,
 								 TimestampTz expires_at, int32 *attempt);
-	RecordWrite (*reclaim) (RecordAccess *ra, const IdemKey *key,
-							const IdemRecord *probed,
-							const IdemRecord *claim, TimestampTz now,
-							bool wait);
-	RecordWrite (*finish) (RecordAccess *ra, const IdemKey *key,
-						   const IdemRecord *probed, IdemState state,
-						   bool retryable, bool has_status, int32 status,
-						   bytea *body, Jsonb *headers, TimestampTz now);
+	RecordWrite (*write) (RecordAccess *ra, const IdemKey *key,
+						  const IdemRecord *probed, const IdemRecord *next,
+						  TimestampTz now, bool wait);
 	bool		(*forget) (RecordAccess *ra, const IdemKey *key);
 };
 
