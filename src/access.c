@@ -34,12 +34,15 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "commands/defrem.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
 #include "storage/lmgr.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -82,8 +85,10 @@ access_index_of(const char *name, Oid schema, Oid table)
 
 /* Direct access reads heap tuples: refuse a table of another access method */
 void
-access_require_heap(Relation rel)
+access_require_heap(Oid relid)
 {
+	Relation	rel = table_open(relid, AccessShareLock);
+
 	if (rel->rd_rel->relam != HEAP_TABLE_AM_OID)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -91,6 +96,44 @@ access_require_heap(Relation rel)
 						RelationGetRelationName(rel)),
 				 errdetail("It uses access method \"%s\".",
 						   get_am_name(rel->rd_rel->relam))));
+	table_close(rel, AccessShareLock);
+}
+
+static void
+access_invalidate(Datum arg, Oid relid)
+{
+	AccessTable *t = (AccessTable *) DatumGetPointer(arg);
+
+	if (relid == InvalidOid || relid == t->relid ||
+		(OidIsValid(t->other) && relid == t->other))
+	{
+		t->valid = false;
+		t->checks.valid = false;
+	}
+}
+
+/*
+ * Look up table t in schema (the extension's): its OID, its owner (whom a
+ * room runs as while it reaches the table) and its columns, by name.  t
+ * stays invalid until the room says otherwise.
+ */
+void
+access_look_up(AccessTable *t, Oid schema)
+{
+	Relation	rel;
+
+	Assert(t->ncolumns <= ACCESS_MAX_COLUMNS);
+	if (!t->registered)
+	{
+		CacheRegisterRelcacheCallback(access_invalidate, PointerGetDatum(t));
+		t->registered = true;
+	}
+	t->valid = false;
+	t->relid = access_table(t->name, schema);
+	rel = table_open(t->relid, AccessShareLock);
+	t->owner = rel->rd_rel->relowner;
+	access_columns(rel, t->columns, t->ncolumns, t->attnum);
+	table_close(rel, AccessShareLock);
 }
 
 /* The attribute numbers of the n columns names of rel; an error for one missing */
@@ -272,4 +315,24 @@ access_lock_row(Relation rel, ItemPointer tid, Snapshot snapshot,
 			elog(ERROR, "unexpected table_tuple_lock status: %u", result);
 	}
 	pg_unreachable();
+}
+
+/*
+ * Run sql through SPI (the caller is connected), with values of argtypes
+ * for its parameters, and check that it answered as expected
+ * (SPI_OK_SELECT, ...); the rows it returned or changed.  Statements that
+ * idem runs through SPI once per call, not on a request's path: the
+ * record room's kept plans (record_sql.c) are for those.
+ */
+uint64
+access_run_sql(const char *sql, int nargs, Oid *argtypes, Datum *values,
+			   bool read_only, int expected)
+{
+	int			rc = SPI_execute_with_args(sql, nargs, argtypes, values,
+										   NULL, read_only, 0);
+
+	if (rc != expected)
+		elog(ERROR, "SPI_execute_with_args failed: %s",
+			 SPI_result_code_string(rc));
+	return SPI_processed;
 }

@@ -26,9 +26,43 @@ typedef struct AccessChecks
 	ResultRelInfo *rri;
 } AccessChecks;
 
+/* The most columns a table of idem's has that its room finds by name */
+#define ACCESS_MAX_COLUMNS	24
+
+/*
+ * What a room knows of a table of idem's that it reaches directly: looked
+ * up by access_look_up() once per backend, and again after a relcache
+ * invalidation of the table or of the one other table (if any) whose
+ * look-up goes with it.  The room sets valid once it has looked up the
+ * rest of what it needs (its indexes).
+ */
+typedef struct AccessTable
+{
+	const char *name;
+	const char *const *columns; /* the columns the room reads, by name */
+	int			ncolumns;
+	bool		registered;		/* its relcache callback is */
+	bool		valid;
+	Oid			relid;
+	Oid			other;
+	Oid			owner;
+	AttrNumber	attnum[ACCESS_MAX_COLUMNS];
+	AccessChecks checks;
+} AccessTable;
+
+/* Store a value of column c (an index of columns) in a row being built */
+static inline void
+access_set_column(const AccessTable *t, Datum *values, bool *nulls, int c,
+				  Datum value, bool isnull)
+{
+	values[t->attnum[c] - 1] = value;
+	nulls[t->attnum[c] - 1] = isnull;
+}
+
+extern void access_look_up(AccessTable *t, Oid schema);
 extern Oid	access_table(const char *name, Oid schema);
 extern Oid	access_index_of(const char *name, Oid schema, Oid table);
-extern void access_require_heap(Relation rel);
+extern void access_require_heap(Oid relid);
 extern void access_check_row(AccessChecks *checks, Relation rel,
 							 TupleTableSlot *slot);
 extern void access_copy_row(TupleTableSlot *slot, Datum **values,
@@ -46,6 +80,8 @@ extern TM_Result access_lock_row(Relation rel, ItemPointer tid,
 								 Snapshot snapshot, TupleTableSlot *slot,
 								 LockWaitPolicy policy, bool find_last,
 								 const char *what);
+extern uint64 access_run_sql(const char *sql, int nargs, Oid *argtypes,
+							 Datum *values, bool read_only, int expected);
 extern void access_columns(Relation rel, const char *const *names, int n,
 						   AttrNumber *attnum);
 

@@ -600,32 +600,49 @@ idem_forget(PG_FUNCTION_ARGS)
  * anywhere in the arrays writes nothing.
  */
 
-/* Where in a batch an error happened, for its CONTEXT line */
-typedef struct BatchPosition
+/*
+ * A batch function's run: where in the batch an error happened, for its
+ * CONTEXT line; the memory of one element, reset after each; and the
+ * protocol's batch, while the elements are decided
+ */
+typedef struct BatchCall
 {
 	const char *function;
 	int			element;		/* from 1; 0 outside the elements */
-} BatchPosition;
+	ErrorContextCallback callback;
+	MemoryContext memory;
+	ProtocolBatch *batch;
+} BatchCall;
 
 static void
 batch_error_context(void *arg)
 {
-	BatchPosition *pos = (BatchPosition *) arg;
+	BatchCall  *bc = (BatchCall *) arg;
 
-	if (pos->element > 0)
-		errcontext("element %d of %s", pos->element, pos->function);
+	if (bc->element > 0)
+		errcontext("element %d of %s", bc->element, bc->function);
 }
 
 static void
-push_batch_context(ErrorContextCallback *callback, BatchPosition *pos,
-				   const char *function)
+batch_call_start(BatchCall *bc, const char *function)
 {
-	pos->function = function;
-	pos->element = 0;
-	callback->callback = batch_error_context;
-	callback->arg = pos;
-	callback->previous = error_context_stack;
-	error_context_stack = callback;
+	bc->function = function;
+	bc->element = 0;
+	bc->callback.callback = batch_error_context;
+	bc->callback.arg = bc;
+	bc->callback.previous = error_context_stack;
+	error_context_stack = &bc->callback;
+	bc->memory = AllocSetContextCreate(CurrentMemoryContext,
+									   "idem batch element",
+									   ALLOCSET_DEFAULT_SIZES);
+	bc->batch = NULL;
+}
+
+static void
+batch_call_end(BatchCall *bc)
+{
+	error_context_stack = bc->callback.previous;
+	MemoryContextDelete(bc->memory);
 }
 
 /*
@@ -693,32 +710,30 @@ next_element(ArrayIterator it, Datum *value)
 
 /* Every element of keys is a valid key */
 static void
-check_keys(ArrayType *keys, int nkeys, BatchPosition *pos)
+check_keys(ArrayType *keys, int nkeys, BatchCall *bc)
 {
 	ArrayIterator it = walk(keys);
 	Datum		value;
 
 	for (int i = 0; i < nkeys; i++)
 	{
-		pos->element = i + 1;
+		bc->element = i + 1;
 		(void) next_element(it, &value);
 		check_key_part(DatumGetTextPP(value), "key");
 	}
 	array_free_iterator(it);
-	pos->element = 0;
+	bc->element = 0;
 }
 
 /*
  * The claims of a batch, streamed into the result's tuplestore.  Each
  * element's memory (its fingerprint, the record read, the answer) lives in
- * element until the next element.
+ * the batch's element memory until the next element.
  */
 static void
-claim_elements(ProtocolBatch *batch, ReturnSetInfo *rsinfo, IdemKey *key,
-			   ArrayType *keys,
-			   int nkeys, ArrayType *fingerprints, FingerprintKind kind,
-			   Interval *lease, Interval *retention, MemoryContext element,
-			   BatchPosition *pos)
+claim_elements(BatchCall *bc, ReturnSetInfo *rsinfo, IdemKey *key,
+			   ArrayType *keys, int nkeys, ArrayType *fingerprints,
+			   FingerprintKind kind, Interval *lease, Interval *retention)
 {
 	ArrayIterator key_it = walk(keys);
 	ArrayIterator fp_it = walk(fingerprints);
@@ -726,21 +741,21 @@ claim_elements(ProtocolBatch *batch, ReturnSetInfo *rsinfo, IdemKey *key,
 
 	for (int i = 0; i < nkeys; i++)
 	{
-		MemoryContext old = MemoryContextSwitchTo(element);
+		MemoryContext old = MemoryContextSwitchTo(bc->memory);
 		IdemFingerprint fp = {0};
 		IdemAnswer	answer;
 		Datum		values[8];
 		bool		nulls[8];
 		Datum		fp_value;
 
-		pos->element = i + 1;
+		bc->element = i + 1;
 		(void) next_element(key_it, &value);
 		key->key = DatumGetTextPP(value);
 		if (next_element(fp_it, &fp_value))
 			fingerprint_from_datum(fp_value, kind, &fp);
 
-		protocol_batch_next(batch);
-		protocol_claim(batch, key, &fp, false, lease, retention, NULL,
+		protocol_batch_next(bc->batch);
+		protocol_claim(bc->batch, key, &fp, false, lease, retention, NULL,
 					   &answer);
 
 		values[0] = PointerGetDatum(key->key);
@@ -749,7 +764,7 @@ claim_elements(ProtocolBatch *batch, ReturnSetInfo *rsinfo, IdemKey *key,
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
 							 nulls);
 		MemoryContextSwitchTo(old);
-		MemoryContextReset(element);
+		MemoryContextReset(bc->memory);
 	}
 }
 
@@ -770,10 +785,7 @@ claim_many(FunctionCallInfo fcinfo, FingerprintKind kind)
 	int			nfingerprints;
 	Interval   *lease;
 	Interval   *retention;
-	MemoryContext element;
-	ErrorContextCallback callback;
-	BatchPosition pos;
-	ProtocolBatch *batch;
+	BatchCall	bc;
 
 	key.tenant = key_part_from_arg(fcinfo, 0, "tenant");
 	key.endpoint = key_part_from_arg(fcinfo, 1, "endpoint");
@@ -783,22 +795,18 @@ claim_many(FunctionCallInfo fcinfo, FingerprintKind kind)
 	require_length(fingerprints, "fingerprints", nfingerprints, nkeys);
 	lease = arg_given(fcinfo, 4) ? PG_GETARG_INTERVAL_P(4) : NULL;
 	retention = arg_given(fcinfo, 5) ? PG_GETARG_INTERVAL_P(5) : NULL;
-	push_batch_context(&callback, &pos, "idem_claim_many()");
-	check_keys(keys, nkeys, &pos);
-	tenant_check(key.tenant);
-
 	InitMaterializedSRF(fcinfo, 0);
 	if (rsinfo->setDesc->natts != 8)
 		elog(ERROR, "incorrect number of output arguments");
-	element = AllocSetContextCreate(CurrentMemoryContext,
-									"idem batch element",
-									ALLOCSET_DEFAULT_SIZES);
-	batch = protocol_batch_begin();
-	claim_elements(batch, rsinfo, &key, keys, nkeys, fingerprints, kind,
-				   lease, retention, element, &pos);
-	protocol_batch_end(batch);
-	error_context_stack = callback.previous;
-	MemoryContextDelete(element);
+	batch_call_start(&bc, "idem_claim_many()");
+	check_keys(keys, nkeys, &bc);
+	tenant_check(key.tenant);
+
+	bc.batch = protocol_batch_begin();
+	claim_elements(&bc, rsinfo, &key, keys, nkeys, fingerprints, kind, lease,
+				   retention);
+	protocol_batch_end(bc.batch);
+	batch_call_end(&bc);
 	return (Datum) 0;
 }
 
@@ -869,50 +877,36 @@ finish_next(FinishWalk *w, FinishElement *e)
 	check_response_size(e->body, e->headers);
 }
 
-/* Check every element, before the first one is finished */
+/*
+ * Walk the elements, each checked as idem_complete checks its arguments:
+ * before the protocol's batch begins, only to check every element before
+ * the first one is finished; then to finish each.
+ */
 static void
-check_finish_elements(const FinishArrays *arrays, MemoryContext element,
-					  BatchPosition *pos)
+finish_elements(BatchCall *bc, const FinishArrays *arrays, IdemKey *key,
+				IdemFinish how)
 {
 	FinishWalk	w;
 	FinishElement e;
 	MemoryContext old;
 
 	finish_walk(arrays, &w);
-	old = MemoryContextSwitchTo(element);
+	old = MemoryContextSwitchTo(bc->memory);
 	for (int i = 0; i < arrays->nkeys; i++)
 	{
-		pos->element = i + 1;
+		bc->element = i + 1;
 		finish_next(&w, &e);
-		MemoryContextReset(element);
+		if (bc->batch != NULL)
+		{
+			key->key = e.key;
+			protocol_batch_next(bc->batch);
+			protocol_finish(bc->batch, key, how, e.has_attempt, e.attempt,
+							true, e.status, e.body, e.headers);
+		}
+		MemoryContextReset(bc->memory);
 	}
 	MemoryContextSwitchTo(old);
-	pos->element = 0;
-}
-
-static void
-finish_elements(ProtocolBatch *batch, const FinishArrays *arrays,
-				IdemKey *key, IdemFinish how, MemoryContext element,
-				BatchPosition *pos)
-{
-	FinishWalk	w;
-	FinishElement e;
-	MemoryContext old;
-
-	finish_walk(arrays, &w);
-	old = MemoryContextSwitchTo(element);
-	for (int i = 0; i < arrays->nkeys; i++)
-	{
-		pos->element = i + 1;
-		finish_next(&w, &e);
-		key->key = e.key;
-		protocol_batch_next(batch);
-		protocol_finish(batch, key, how, e.has_attempt, e.attempt, true,
-						e.status,
-						e.body, e.headers);
-		MemoryContextReset(element);
-	}
-	MemoryContextSwitchTo(old);
+	bc->element = 0;
 }
 
 /*
@@ -932,10 +926,7 @@ finish_many(FunctionCallInfo fcinfo, bool failed)
 	int			n;
 	bool		retryable = false;
 	IdemFinish	how;
-	MemoryContext element;
-	ErrorContextCallback callback;
-	BatchPosition pos;
-	ProtocolBatch *batch;
+	BatchCall	bc;
 
 	key.tenant = key_part_from_arg(fcinfo, 0, "tenant");
 	key.endpoint = key_part_from_arg(fcinfo, 1, "endpoint");
@@ -954,21 +945,16 @@ finish_many(FunctionCallInfo fcinfo, bool failed)
 									true, true, &n);
 	require_length(arrays.headers, "headers", n, arrays.nkeys);
 
-	element = AllocSetContextCreate(CurrentMemoryContext,
-									"idem batch element",
-									ALLOCSET_DEFAULT_SIZES);
-	push_batch_context(&callback, &pos,
-					   failed ? "idem_fail_many()" : "idem_complete_many()");
-	check_finish_elements(&arrays, element, &pos);
-	tenant_check(key.tenant);
-
 	how = !failed ? IDEM_FINISH_COMPLETE :
 		retryable ? IDEM_FINISH_FAIL_RETRYABLE : IDEM_FINISH_FAIL;
-	batch = protocol_batch_begin();
-	finish_elements(batch, &arrays, &key, how, element, &pos);
-	protocol_batch_end(batch);
-	error_context_stack = callback.previous;
-	MemoryContextDelete(element);
+	batch_call_start(&bc, failed ? "idem_fail_many()" : "idem_complete_many()");
+	finish_elements(&bc, &arrays, &key, how);
+	tenant_check(key.tenant);
+
+	bc.batch = protocol_batch_begin();
+	finish_elements(&bc, &arrays, &key, how);
+	protocol_batch_end(bc.batch);
+	batch_call_end(&bc);
 	PG_RETURN_INT32(arrays.nkeys);
 }
 

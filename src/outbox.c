@@ -191,20 +191,21 @@ static const char *const index_names[NUM_OUTBOX_INDEXES] = {
 	[I_ORDER] = "idem_outbox_order"
 };
 
-/* What this backend knows of the table, until a relcache invalidation */
+/* idem_outbox, as this backend knows it until a relcache invalidation */
+static AccessTable outbox_table = {
+	.name = "idem_outbox",
+	.columns = column_names,
+	.ncolumns = NUM_OUTBOX_COLUMNS
+};
+
+/* ... and its sequence and indexes, found with it */
 typedef struct OutboxTables
 {
-	bool		valid;
-	Oid			outbox;
 	Oid			seq;
-	Oid			owner;
 	Oid			index[NUM_OUTBOX_INDEXES];
-	AttrNumber	attnum[NUM_OUTBOX_COLUMNS];
 } OutboxTables;
 
 static OutboxTables tables;
-static AccessChecks checks;
-static bool callback_registered = false;
 
 /* One call's access to the table, from outbox_open() to outbox_close() */
 typedef struct Outbox
@@ -239,16 +240,6 @@ typedef struct Message
 	bool		has_ordering_key;
 } Message;
 
-static void
-outbox_invalidate(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == tables.outbox)
-	{
-		tables.valid = false;
-		checks.valid = false;
-	}
-}
-
 /*
  * Find idem_outbox, its sequence, its indexes and its columns.  Like
  * idem_record, the table must be a heap: the take reads heap tuples.
@@ -256,39 +247,28 @@ outbox_invalidate(Datum arg, Oid relid)
 static void
 look_up_tables(void)
 {
-	Oid			schema;
-	Relation	rel;
+	Oid			schema = idem_extension_schema();
 
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(outbox_invalidate, (Datum) 0);
-		callback_registered = true;
-	}
-	schema = idem_extension_schema();
-	tables.outbox = access_table("idem_outbox", schema);
+	access_look_up(&outbox_table, schema);
+	access_require_heap(outbox_table.relid);
 	tables.seq = get_relname_relid("idem_outbox_id_seq", schema);
 	if (!OidIsValid(tables.seq))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("sequence \"idem_outbox_id_seq\" of extension \"idem\" does not exist in this database")));
 	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
-		tables.index[i] = access_index_of(index_names[i], schema, tables.outbox);
-
-	rel = table_open(tables.outbox, AccessShareLock);
-	access_require_heap(rel);
-	tables.owner = rel->rd_rel->relowner;
-	access_columns(rel, column_names, NUM_OUTBOX_COLUMNS, tables.attnum);
-	table_close(rel, AccessShareLock);
-	tables.valid = true;
+		tables.index[i] = access_index_of(index_names[i], schema,
+										  outbox_table.relid);
+	outbox_table.valid = true;
 }
 
 /* idem_outbox's OID, for subscription.c */
 Oid
 outbox_relation(void)
 {
-	if (!tables.valid)
+	if (!outbox_table.valid)
 		look_up_tables();
-	return tables.outbox;
+	return outbox_table.relid;
 }
 
 /*
@@ -303,13 +283,13 @@ static void
 outbox_open(Outbox *ob, bool write)
 {
 	memset(ob, 0, sizeof(*ob));
-	if (!tables.valid)
+	if (!outbox_table.valid)
 		look_up_tables();
 	ob->caller = CurrentMemoryContext;
 	GetUserIdAndSecContext(&ob->caller_userid, &ob->caller_sec_context);
-	SetUserIdAndSecContext(tables.owner,
+	SetUserIdAndSecContext(outbox_table.owner,
 						   ob->caller_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	ob->rel = table_open(tables.outbox,
+	ob->rel = table_open(outbox_table.relid,
 						 write ? RowExclusiveLock : AccessShareLock);
 	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
 		ob->index[i] = index_open(tables.index[i], AccessShareLock);
@@ -347,7 +327,7 @@ require_outbox_primary(const char *function)
 	require_primary_for(function, outbox_relation(), "idem_outbox");
 }
 
-#define COLUMN(ob, c, isnull) slot_getattr((ob)->slot, tables.attnum[c], (isnull))
+#define COLUMN(ob, c, isnull) slot_getattr((ob)->slot, outbox_table.attnum[c], (isnull))
 
 static MessageState
 state_of(const char *name)
@@ -416,22 +396,21 @@ static inline void
 set_column(Datum *values, bool *nulls, OutboxColumn c, Datum value,
 		   bool isnull)
 {
-	values[tables.attnum[c] - 1] = value;
-	nulls[tables.attnum[c] - 1] = isnull;
+	access_set_column(&outbox_table, values, nulls, c, value, isnull);
 }
 
 /* Put a row into the slot, its constraints applied */
 static void
 store_row(Outbox *ob, Datum *values, bool *nulls)
 {
-	access_store_row(&checks, ob->rel, ob->slot, values, nulls);
+	access_store_row(&outbox_table.checks, ob->rel, ob->slot, values, nulls);
 }
 
 /* Replace the version at tid (locked by this transaction) with values */
 static void
 update_row(Outbox *ob, ItemPointer tid, Datum *values, bool *nulls)
 {
-	access_update_row(&checks, ob->rel, ob->rri, ob->estate, ob->slot, tid,
+	access_update_row(&outbox_table.checks, ob->rel, ob->rri, ob->estate, ob->slot, tid,
 					  values, nulls);
 }
 
@@ -722,7 +701,7 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 		if (tenant != NULL)
 		{
 			text	   *t = DatumGetTextPP(slot_getattr(candidate,
-														tables.attnum[O_TENANT],
+														outbox_table.attnum[O_TENANT],
 														&isnull));
 
 			if (VARSIZE_ANY_EXHDR(t) != VARSIZE_ANY_EXHDR(tenant) ||
@@ -795,10 +774,10 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 		row[0] = Int64GetDatum(m.id);
 		row[1] = PointerGetDatum(m.tenant);
 		row[2] = PointerGetDatum(m.topic);
-		row[3] = values[tables.attnum[O_KEY] - 1];
-		row[4] = values[tables.attnum[O_PAYLOAD] - 1];
-		row[5] = values[tables.attnum[O_HEADERS] - 1];
-		rownulls[5] = nulls[tables.attnum[O_HEADERS] - 1];
+		row[3] = values[outbox_table.attnum[O_KEY] - 1];
+		row[4] = values[outbox_table.attnum[O_PAYLOAD] - 1];
+		row[5] = values[outbox_table.attnum[O_HEADERS] - 1];
+		rownulls[5] = nulls[outbox_table.attnum[O_HEADERS] - 1];
 		row[6] = Int32GetDatum(m.attempt + 1);
 		row[7] = TimestampTzGetDatum(lease_expires_at);
 		/* the tuplestore copies the row before the update reuses the slot */
@@ -1289,7 +1268,6 @@ outbox_purge_batch(TimestampTz now, int batch, bool *more)
 	Oid			argtypes[2] = {TIMESTAMPTZOID, INT4OID};
 	Datum		args[2];
 	int			nestlevel;
-	int			rc;
 	uint64		deleted;
 	Oid			userid;
 	int			sec_context;
@@ -1302,25 +1280,21 @@ outbox_purge_batch(TimestampTz now, int batch, bool *more)
 	/* as the table's owner, as every access to it (outbox_open) */
 	(void) outbox_relation();
 	GetUserIdAndSecContext(&userid, &sec_context);
-	SetUserIdAndSecContext(tables.owner,
+	SetUserIdAndSecContext(outbox_table.owner,
 						   sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	nestlevel = settings_pin_search_path(schema);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	args[0] = TimestampTzGetDatum(now);
 	args[1] = Int32GetDatum(batch);
-	rc = SPI_execute_with_args("DELETE FROM idem_outbox o"
-							   " WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
-							   "SELECT m.id FROM idem_outbox m"
-							   " WHERE m.state OPERATOR(pg_catalog.=) ANY (ARRAY['delivered', 'dead'])"
-							   " AND m.expires_at OPERATOR(pg_catalog.<) $1"
-							   " ORDER BY m.expires_at LIMIT $2"
-							   " FOR UPDATE SKIP LOCKED))",
-							   2, argtypes, args, NULL, false, 0);
-	if (rc != SPI_OK_DELETE)
-		elog(ERROR, "SPI_execute_with_args failed: %s",
-			 SPI_result_code_string(rc));
-	deleted = SPI_processed;
+	deleted = access_run_sql("DELETE FROM idem_outbox o"
+							 " WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+							 "SELECT m.id FROM idem_outbox m"
+							 " WHERE m.state OPERATOR(pg_catalog.=) ANY (ARRAY['delivered', 'dead'])"
+							 " AND m.expires_at OPERATOR(pg_catalog.<) $1"
+							 " ORDER BY m.expires_at LIMIT $2"
+							 " FOR UPDATE SKIP LOCKED))",
+							 2, argtypes, args, false, SPI_OK_DELETE);
 	SPI_finish();
 	AtEOXact_GUC(true, nestlevel);
 	SetUserIdAndSecContext(userid, sec_context);

@@ -156,71 +156,49 @@ const char *const record_state_names[] = {
 	[IDEM_FAILED] = "failed"
 };
 
-/* What this backend knows of the tables, until a relcache invalidation */
+/* idem_record, as this backend knows it until a relcache invalidation */
+static AccessTable record_table = {
+	.name = "idem_record",
+	.columns = column_names,
+	.ncolumns = NUM_COLUMNS
+};
+
+/* ... and the rest the look-up finds, with it */
 typedef struct RecordTables
 {
-	bool		valid;
 	bool		distributed;	/* through SQL: record_sql.c */
-	Oid			record;
 	Oid			key_index;
-	Oid			floor;
 	Oid			floor_index;
-	Oid			owner;			/* idem_record's owner */
-	AttrNumber	attnum[NUM_COLUMNS];
 } RecordTables;
 
 static RecordTables tables;
-static AccessChecks checks;
-static bool callback_registered = false;
 
 static const RecordMethods direct_methods;
-
-static void
-record_invalidate(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == tables.record || relid == tables.floor)
-	{
-		tables.valid = false;
-		checks.valid = false;
-	}
-}
 
 /*
  * Find the extension's tables, their indexes and idem_record's columns,
  * and decide which way the table is reached.  Refuses a table that is not
- * stored by the heap access method: the direct path reads heap tuples.
+ * stored by the heap access method: the direct path reads heap tuples.  An
+ * invalidation of the fencing floor invalidates the look-up too.
  */
 static void
 look_up_tables(void)
 {
-	Oid			schema;
-	Relation	rel;
+	Oid			schema = idem_extension_schema();
 
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(record_invalidate, (Datum) 0);
-		callback_registered = true;
-	}
-
-	schema = idem_extension_schema();
-	tables.record = access_table("idem_record", schema);
+	access_look_up(&record_table, schema);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	tables.distributed = sql_distributed(tables.record);
+	tables.distributed = sql_distributed(record_table.relid);
 	SPI_finish();
-
-	tables.floor = access_table("idem_attempt_floor", schema);
-	tables.key_index = access_index_of("idem_record_key", schema, tables.record);
-	tables.floor_index = access_index_of("idem_attempt_floor_pkey", schema,
-										 tables.floor);
-
-	rel = table_open(tables.record, AccessShareLock);
 	if (!tables.distributed)
-		access_require_heap(rel);
-	tables.owner = rel->rd_rel->relowner;
-	access_columns(rel, column_names, NUM_COLUMNS, tables.attnum);
-	table_close(rel, AccessShareLock);
-	tables.valid = true;
+		access_require_heap(record_table.relid);
+	record_table.other = access_table("idem_attempt_floor", schema);
+	tables.key_index = access_index_of("idem_record_key", schema,
+									   record_table.relid);
+	tables.floor_index = access_index_of("idem_attempt_floor_pkey", schema,
+										 record_table.other);
+	record_table.valid = true;
 }
 
 /*
@@ -230,9 +208,9 @@ look_up_tables(void)
 Oid
 record_relation(void)
 {
-	if (!tables.valid)
+	if (!record_table.valid)
 		look_up_tables();
-	return tables.record;
+	return record_table.relid;
 }
 
 /* ---- The interface: brackets, and dispatch to the way ---- */
@@ -260,7 +238,7 @@ record_open(RecordAccess *batch)
 			ResetPerTupleExprContext(batch->estate);
 		return batch;
 	}
-	if (!tables.valid)
+	if (!record_table.valid)
 		look_up_tables();
 	ra = palloc0(sizeof(RecordAccess));
 	ra->methods = tables.distributed ? &sql_methods : &direct_methods;
@@ -269,7 +247,7 @@ record_open(RecordAccess *batch)
 	GetUserIdAndSecContext(&userid, &sec_context);
 	ra->caller_userid = userid;
 	ra->caller_sec_context = sec_context;
-	SetUserIdAndSecContext(tables.owner,
+	SetUserIdAndSecContext(record_table.owner,
 						   sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	ra->methods->open(ra);
 	return ra;
@@ -297,7 +275,7 @@ record_batch_open(void)
 {
 	RecordAccess *batch;
 
-	if (!tables.valid)
+	if (!record_table.valid)
 		look_up_tables();
 	if (tables.distributed)
 	{
@@ -333,8 +311,8 @@ record_batch_close(RecordAccess *batch)
 void
 record_prepare_write(RecordAccess *ra)
 {
-	LockRelationOid(tables.record, RowExclusiveLock);
-	LockRelationOid(tables.floor, AccessShareLock);
+	LockRelationOid(record_table.relid, RowExclusiveLock);
+	LockRelationOid(record_table.other, AccessShareLock);
 	ra->methods->prepare_write(ra);
 }
 
@@ -541,7 +519,7 @@ attempt_floor(const IdemKey *key)
 	Snapshot	snapshot;
 	int32		result = 0;
 
-	floor = table_open(tables.floor, AccessShareLock);
+	floor = table_open(record_table.other, AccessShareLock);
 	index = index_open(tables.floor_index, AccessShareLock);
 	slot = table_slot_create(floor, NULL);
 	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT4EQ,
@@ -599,7 +577,7 @@ record_hold_floor(const int32 *buckets, int n, bool *held)
 	ResultRelInfo *rri = NULL;
 	SnapshotData dirty;
 
-	floor = table_open(tables.floor, RowExclusiveLock);
+	floor = table_open(record_table.other, RowExclusiveLock);
 	index = index_open(tables.floor_index, RowExclusiveLock);
 	slot = table_slot_create(floor, NULL);
 	InitDirtySnapshot(dirty);
@@ -672,7 +650,7 @@ record_hold_floor(const int32 *buckets, int n, bool *held)
 static void
 direct_open(RecordAccess *ra)
 {
-	ra->rel = table_open(tables.record, AccessShareLock);
+	ra->rel = table_open(record_table.relid, AccessShareLock);
 	ra->key_index = index_open(tables.key_index, AccessShareLock);
 	ra->slot = table_slot_create(ra->rel, NULL);
 }
@@ -723,7 +701,7 @@ key_arbiters(ResultRelInfo *rri)
 			bool		found = false;
 
 			for (int k = 0; k < info->ii_NumIndexKeyAttrs; k++)
-				found |= info->ii_IndexAttrNumbers[k] == tables.attnum[c];
+				found |= info->ii_IndexAttrNumbers[k] == record_table.attnum[c];
 			on_key &= found;
 		}
 		if (on_key)
@@ -744,7 +722,7 @@ direct_prepare_write(RecordAccess *ra)
 
 	if (ra->estate != NULL)
 		return;
-	LockRelationOid(tables.record, RowExclusiveLock);
+	LockRelationOid(record_table.relid, RowExclusiveLock);
 	old = MemoryContextSwitchTo(ra->bracket);
 	ra->estate = CreateExecutorState();
 	ra->rri = makeNode(ResultRelInfo);
@@ -775,7 +753,7 @@ deform_record(RecordAccess *ra, IdemRecord *rec)
 	Datum		d;
 	MemoryContext old;
 
-#define COLUMN(c) slot_getattr(slot, tables.attnum[c], &isnull)
+#define COLUMN(c) slot_getattr(slot, record_table.attnum[c], &isnull)
 
 	rec->state = record_state_of(TextDatumGetCString(COLUMN(C_STATE)));
 	rec->retryable = DatumGetBool(COLUMN(C_RETRYABLE));
@@ -935,12 +913,11 @@ direct_unlock(RecordAccess *ra, const IdemKey *key)
 }
 
 /* Store a value in a row being built */
-static void
+static inline void
 set_column(Datum *values, bool *nulls, RecordColumn c, Datum value,
 		   bool isnull)
 {
-	values[tables.attnum[c] - 1] = value;
-	nulls[tables.attnum[c] - 1] = isnull;
+	access_set_column(&record_table, values, nulls, c, value, isnull);
 }
 
 /*
@@ -985,7 +962,7 @@ set_record(Datum *values, bool *nulls, const IdemRecord *rec, TimestampTz now)
 static void
 update_row(RecordAccess *ra, ItemPointer tid, Datum *values, bool *nulls)
 {
-	access_update_row(&checks, ra->rel, ra->rri, ra->estate, ra->slot, tid,
+	access_update_row(&record_table.checks, ra->rel, ra->rri, ra->estate, ra->slot, tid,
 					  values, nulls);
 }
 
@@ -1030,7 +1007,7 @@ direct_insert_claim(RecordAccess *ra, const IdemKey *key,
 			   false);
 	set_column(values, nulls, C_KEY, PointerGetDatum(key->key), false);
 	set_record(values, nulls, &claim, now);
-	access_store_row(&checks, ra->rel, ra->slot, values, nulls);
+	access_store_row(&record_table.checks, ra->rel, ra->slot, values, nulls);
 	if (!access_insert_speculative(ra->rri, ra->estate, ra->slot,
 								   ra->arbiters))
 		return false;
@@ -1118,15 +1095,4 @@ direct_forget(RecordAccess *ra, const IdemKey *key)
 	return forgotten;
 }
 
-static const RecordMethods direct_methods = {
-	.open = direct_open,
-	.close = direct_close,
-	.prepare_write = direct_prepare_write,
-	.fetch = direct_fetch,
-	.probe = direct_probe,
-	.busy = direct_busy,
-	.unlock = direct_unlock,
-	.insert_claim = direct_insert_claim,
-	.write = direct_write,
-	.forget = direct_forget
-};
+static const RecordMethods direct_methods = RECORD_METHODS(direct);

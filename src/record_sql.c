@@ -356,17 +356,12 @@ sql_distributed(Oid relid)
 {
 	Oid			argtypes[1] = {REGCLASSOID};
 	Datum		values[1] = {ObjectIdGetDatum(relid)};
-	int			rc;
 
 	if (!OidIsValid(get_extension_oid("citus", true)))
 		return false;
-	rc = SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_dist_partition"
-							   " WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
-							   1, argtypes, values, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed: %s",
-			 SPI_result_code_string(rc));
-	return SPI_processed > 0;
+	return access_run_sql("SELECT 1 FROM pg_catalog.pg_dist_partition"
+						  " WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
+						  1, argtypes, values, true, SPI_OK_SELECT) > 0;
 }
 
 /*
@@ -839,7 +834,6 @@ sql_purge_targets(RecordAccess *ra, bool *distributed)
 	Datum		values[1] = {ObjectIdGetDatum(record_relid)};
 	List	   *targets = NIL;
 	MemoryContext old;
-	int			rc;
 
 	*distributed = sql_distributed(record_relid);
 	if (!*distributed)
@@ -850,19 +844,16 @@ sql_purge_targets(RecordAccess *ra, bool *distributed)
 		return targets;
 	}
 
-	rc = SPI_execute_with_args("SELECT r FROM (SELECT pg_catalog.to_regclass("
-							   "pg_catalog.shard_name(s.logicalrelid, s.shardid))"
-							   " AS r FROM pg_catalog.pg_dist_shard s"
-							   " JOIN pg_catalog.pg_dist_placement p"
-							   " ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
-							   " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
-							   " AND p.groupid OPERATOR(pg_catalog.=) (SELECT groupid"
-							   " FROM pg_catalog.pg_dist_local_group)) placements"
-							   " WHERE r IS NOT NULL ORDER BY r",
-							   1, argtypes, values, NULL, true, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed: %s",
-			 SPI_result_code_string(rc));
+	(void) access_run_sql("SELECT r FROM (SELECT pg_catalog.to_regclass("
+						  "pg_catalog.shard_name(s.logicalrelid, s.shardid))"
+						  " AS r FROM pg_catalog.pg_dist_shard s"
+						  " JOIN pg_catalog.pg_dist_placement p"
+						  " ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
+						  " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
+						  " AND p.groupid OPERATOR(pg_catalog.=) (SELECT groupid"
+						  " FROM pg_catalog.pg_dist_local_group)) placements"
+						  " WHERE r IS NOT NULL ORDER BY r",
+						  1, argtypes, values, true, SPI_OK_SELECT);
 	old = MemoryContextSwitchTo(ra->caller);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -1057,15 +1048,4 @@ sql_purge_batch(RecordAccess *ra, Oid target, TimestampTz now, int batch,
 	return deleted;
 }
 
-const RecordMethods sql_methods = {
-	.open = sql_open,
-	.close = sql_close,
-	.prepare_write = sql_prepare_write,
-	.fetch = sql_fetch,
-	.probe = sql_probe,
-	.busy = sql_busy,
-	.unlock = sql_unlock,
-	.insert_claim = sql_insert_claim,
-	.write = sql_write,
-	.forget = sql_forget
-};
+const RecordMethods sql_methods = RECORD_METHODS(sql);

@@ -75,6 +75,20 @@ struct RecordMethods
 	bool		(*forget) (RecordAccess *ra, const IdemKey *key);
 };
 
+/* A way's methods table: each way names its methods <way>_<method> */
+#define RECORD_METHODS(way) { \
+	.open = way##_open, \
+	.close = way##_close, \
+	.prepare_write = way##_prepare_write, \
+	.fetch = way##_fetch, \
+	.probe = way##_probe, \
+	.busy = way##_busy, \
+	.unlock = way##_unlock, \
+	.insert_claim = way##_insert_claim, \
+	.write = way##_write, \
+	.forget = way##_forget \
+}
+
 /* record_sql.c */
 extern const RecordMethods sql_methods;
 extern bool sql_distributed(Oid relid);
