@@ -49,6 +49,7 @@
 
 #include "access.h"
 #include "compat.h"
+#include "tenant.h"
 
 
 /*
@@ -113,27 +114,33 @@ access_invalidate(Datum arg, Oid relid)
 }
 
 /*
- * Look up table t in schema (the extension's): its OID, its owner (whom a
- * room runs as while it reaches the table) and its columns, by name.  t
- * stays invalid until the room says otherwise.
+ * The OID of table t, looked up first if need be, in the extension's
+ * schema: its OID, its owner (whom a room runs as while it reaches the
+ * table), its columns by name, and the rest its room needs.
  */
-void
-access_look_up(AccessTable *t, Oid schema)
+Oid
+access_relation(AccessTable *t)
 {
+	Oid			schema;
 	Relation	rel;
 
+	if (t->valid)
+		return t->relid;
 	Assert(t->ncolumns <= ACCESS_MAX_COLUMNS);
 	if (!t->registered)
 	{
 		CacheRegisterRelcacheCallback(access_invalidate, PointerGetDatum(t));
 		t->registered = true;
 	}
-	t->valid = false;
+	schema = idem_extension_schema();
 	t->relid = access_table(t->name, schema);
 	rel = table_open(t->relid, AccessShareLock);
 	t->owner = rel->rd_rel->relowner;
 	access_columns(rel, t->columns, t->ncolumns, t->attnum);
 	table_close(rel, AccessShareLock);
+	t->look_up_rest(t, schema);
+	t->valid = true;
+	return t->relid;
 }
 
 /* The attribute numbers of the n columns names of rel; an error for one missing */

@@ -31,12 +31,14 @@ typedef struct AccessChecks
 
 /*
  * What a room knows of a table of idem's that it reaches directly: looked
- * up by access_look_up() once per backend, and again after a relcache
+ * up once per backend (access_relation), and again after a relcache
  * invalidation of the table or of the one other table (if any) whose
- * look-up goes with it.  The room sets valid once it has looked up the
- * rest of what it needs (its indexes).
+ * look-up goes with it, together with the rest of what the room needs of
+ * it (its indexes: look_up_rest).
  */
-typedef struct AccessTable
+typedef struct AccessTable AccessTable;
+
+struct AccessTable
 {
 	const char *name;
 	const char *const *columns; /* the columns the room reads, by name */
@@ -48,7 +50,17 @@ typedef struct AccessTable
 	Oid			owner;
 	AttrNumber	attnum[ACCESS_MAX_COLUMNS];
 	AccessChecks checks;
-} AccessTable;
+	/* the rest of what the room looks up with the table, in schema */
+	void		(*look_up_rest) (AccessTable *t, Oid schema);
+};
+
+/*
+ * A table named table whose room reads the columns of the array names, and
+ * looks up the rest with rest
+ */
+#define ACCESS_TABLE(table, names, rest) \
+	{.name = (table), .columns = (names), .ncolumns = lengthof(names), \
+	 .look_up_rest = (rest)}
 
 /* Store a value of column c (an index of columns) in a row being built */
 static inline void
@@ -59,7 +71,7 @@ access_set_column(const AccessTable *t, Datum *values, bool *nulls, int c,
 	nulls[t->attnum[c] - 1] = isnull;
 }
 
-extern void access_look_up(AccessTable *t, Oid schema);
+extern Oid	access_relation(AccessTable *t);
 extern Oid	access_table(const char *name, Oid schema);
 extern Oid	access_index_of(const char *name, Oid schema, Oid table);
 extern void access_require_heap(Oid relid);

@@ -11,6 +11,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
 
 #include "idem.h"
 #include "settings.h"
@@ -19,6 +20,28 @@
 #include "worker.h"
 
 PG_MODULE_MAGIC;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* The shared memory of the counters and of the wake-up slots */
+static void
+idem_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	stats_shmem_request();
+	wait_shmem_request();
+}
+
+static void
+idem_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	stats_shmem_startup();
+	wait_shmem_startup();
+}
 
 /*
  * Without shared_preload_libraries, idem only defines its settings and
@@ -36,7 +59,9 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	settings_check_retention_rule(WARNING);
-	stats_init();
-	wait_init();
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = idem_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = idem_shmem_startup;
 	worker_register_launcher();
 }

@@ -35,6 +35,26 @@
  */
 #define IDEM_OLDEST_OBJECTS		"0.2.0"
 
+/*
+ * A list of named things, written once as LIST(X) with one X(CONSTANT,
+ * name) per thing, gives an enum (LIST(IDEM_AS_ENUM)) and the names
+ * indexed by it (LIST(IDEM_AS_NAME)): a constant and its name cannot drift
+ * apart.
+ */
+#define IDEM_AS_ENUM(constant, name) constant,
+#define IDEM_AS_NAME(constant, name) [constant] = #name,
+
+/* The enum type of list, with count after its last constant, and names */
+#define IDEM_NAMED_ENUM(type, list, count, names) \
+typedef enum type \
+{ \
+	list(IDEM_AS_ENUM) \
+	count \
+} type; \
+static const char *const names[count] = { \
+	list(IDEM_AS_NAME) \
+}
+
 /* SHA-256 digest length: the size of a stored request fingerprint */
 #define IDEM_FINGERPRINT_LEN	32
 

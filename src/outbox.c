@@ -107,98 +107,34 @@ PG_FUNCTION_INFO_V1(idem_message);
 #define OUTBOX_MAX_TAKE 10000
 
 /* idem_outbox's columns, found by name when the table is looked up */
-typedef enum OutboxColumn
-{
-	O_ID,
-	O_TENANT,
-	O_TOPIC,
-	O_KEY,
-	O_STATE,
-	O_PAYLOAD,
-	O_HEADERS,
-	O_ORDERING_KEY,
-	O_REDELIVER,
-	O_MAX_ATTEMPTS,
-	O_ATTEMPT,
-	O_ATTEMPT_BASE,
-	O_NOT_BEFORE,
-	O_LEASE_EXPIRES_AT,
-	O_LAST_ERROR,
-	O_STATUS,
-	O_BODY,
-	O_CREATED_AT,
-	O_FINISHED_AT,
-	O_EXPIRES_AT,
-	NUM_OUTBOX_COLUMNS
-} OutboxColumn;
+#define OUTBOX_COLUMNS(X) \
+	X(O_ID, id) X(O_TENANT, tenant) X(O_TOPIC, topic) X(O_KEY, key) \
+	X(O_STATE, state) X(O_PAYLOAD, payload) X(O_HEADERS, headers) \
+	X(O_ORDERING_KEY, ordering_key) X(O_REDELIVER, redeliver) \
+	X(O_MAX_ATTEMPTS, max_attempts) X(O_ATTEMPT, attempt) \
+	X(O_ATTEMPT_BASE, attempt_base) X(O_NOT_BEFORE, not_before) \
+	X(O_LEASE_EXPIRES_AT, lease_expires_at) X(O_LAST_ERROR, last_error) \
+	X(O_STATUS, status) X(O_BODY, body) X(O_CREATED_AT, created_at) \
+	X(O_FINISHED_AT, finished_at) X(O_EXPIRES_AT, expires_at)
 
-static const char *const column_names[NUM_OUTBOX_COLUMNS] = {
-	[O_ID] = "id",
-	[O_TENANT] = "tenant",
-	[O_TOPIC] = "topic",
-	[O_KEY] = "key",
-	[O_STATE] = "state",
-	[O_PAYLOAD] = "payload",
-	[O_HEADERS] = "headers",
-	[O_ORDERING_KEY] = "ordering_key",
-	[O_REDELIVER] = "redeliver",
-	[O_MAX_ATTEMPTS] = "max_attempts",
-	[O_ATTEMPT] = "attempt",
-	[O_ATTEMPT_BASE] = "attempt_base",
-	[O_NOT_BEFORE] = "not_before",
-	[O_LEASE_EXPIRES_AT] = "lease_expires_at",
-	[O_LAST_ERROR] = "last_error",
-	[O_STATUS] = "status",
-	[O_BODY] = "body",
-	[O_CREATED_AT] = "created_at",
-	[O_FINISHED_AT] = "finished_at",
-	[O_EXPIRES_AT] = "expires_at"
-};
+IDEM_NAMED_ENUM(OutboxColumn, OUTBOX_COLUMNS, NUM_OUTBOX_COLUMNS, column_names);
 
 /* A message's state, as stored in idem_outbox.state */
-typedef enum MessageState
-{
-	MSG_QUEUED,
-	MSG_LEASED,
-	MSG_DELIVERED,
-	MSG_DEAD,
-	MSG_UNKNOWN,
-	NUM_MESSAGE_STATES
-} MessageState;
+#define MESSAGE_STATES(X) \
+	X(MSG_QUEUED, queued) X(MSG_LEASED, leased) X(MSG_DELIVERED, delivered) \
+	X(MSG_DEAD, dead) X(MSG_UNKNOWN, unknown)
 
-static const char *const state_names[NUM_MESSAGE_STATES] = {
-	[MSG_QUEUED] = "queued",
-	[MSG_LEASED] = "leased",
-	[MSG_DELIVERED] = "delivered",
-	[MSG_DEAD] = "dead",
-	[MSG_UNKNOWN] = "unknown"
-};
+IDEM_NAMED_ENUM(MessageState, MESSAGE_STATES, NUM_MESSAGE_STATES, state_names);
 
 /* The indexes of idem_outbox, by name */
-typedef enum OutboxIndex
-{
-	I_PKEY,
-	I_KEY,
-	I_DUE,
-	I_ORDER,
-	NUM_OUTBOX_INDEXES
-} OutboxIndex;
+#define OUTBOX_INDEXES(X) \
+	X(I_PKEY, idem_outbox_pkey) X(I_KEY, idem_outbox_key) \
+	X(I_DUE, idem_outbox_due) X(I_ORDER, idem_outbox_order)
 
-static const char *const index_names[NUM_OUTBOX_INDEXES] = {
-	[I_PKEY] = "idem_outbox_pkey",
-	[I_KEY] = "idem_outbox_key",
-	[I_DUE] = "idem_outbox_due",
-	[I_ORDER] = "idem_outbox_order"
-};
+IDEM_NAMED_ENUM(OutboxIndex, OUTBOX_INDEXES, NUM_OUTBOX_INDEXES, index_names);
 
-/* idem_outbox, as this backend knows it until a relcache invalidation */
-static AccessTable outbox_table = {
-	.name = "idem_outbox",
-	.columns = column_names,
-	.ncolumns = NUM_OUTBOX_COLUMNS
-};
 
-/* ... and its sequence and indexes, found with it */
+/* What the look-up of idem_outbox finds with it (look_up_rest) */
 typedef struct OutboxTables
 {
 	Oid			seq;
@@ -206,6 +142,11 @@ typedef struct OutboxTables
 } OutboxTables;
 
 static OutboxTables tables;
+
+static void look_up_rest(AccessTable *t, Oid schema);
+
+static AccessTable outbox_table =
+	ACCESS_TABLE("idem_outbox", column_names, look_up_rest);
 
 /* One call's access to the table, from outbox_open() to outbox_close() */
 typedef struct Outbox
@@ -241,34 +182,27 @@ typedef struct Message
 } Message;
 
 /*
- * Find idem_outbox, its sequence, its indexes and its columns.  Like
- * idem_record, the table must be a heap: the take reads heap tuples.
+ * Find, with idem_outbox, its sequence and its indexes.  Like idem_record,
+ * the table must be a heap: the take reads heap tuples.
  */
 static void
-look_up_tables(void)
+look_up_rest(AccessTable *t, Oid schema)
 {
-	Oid			schema = idem_extension_schema();
-
-	access_look_up(&outbox_table, schema);
-	access_require_heap(outbox_table.relid);
+	access_require_heap(t->relid);
 	tables.seq = get_relname_relid("idem_outbox_id_seq", schema);
 	if (!OidIsValid(tables.seq))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("sequence \"idem_outbox_id_seq\" of extension \"idem\" does not exist in this database")));
 	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
-		tables.index[i] = access_index_of(index_names[i], schema,
-										  outbox_table.relid);
-	outbox_table.valid = true;
+		tables.index[i] = access_index_of(index_names[i], schema, t->relid);
 }
 
 /* idem_outbox's OID, for subscription.c */
 Oid
 outbox_relation(void)
 {
-	if (!outbox_table.valid)
-		look_up_tables();
-	return outbox_table.relid;
+	return access_relation(&outbox_table);
 }
 
 /*
@@ -283,8 +217,7 @@ static void
 outbox_open(Outbox *ob, bool write)
 {
 	memset(ob, 0, sizeof(*ob));
-	if (!outbox_table.valid)
-		look_up_tables();
+	(void) access_relation(&outbox_table);
 	ob->caller = CurrentMemoryContext;
 	GetUserIdAndSecContext(&ob->caller_userid, &ob->caller_sec_context);
 	SetUserIdAndSecContext(outbox_table.owner,

@@ -111,43 +111,16 @@
 #include "tenant.h"
 
 /* idem_record's columns, found by name when the table is looked up */
-typedef enum RecordColumn
-{
-	C_TENANT,
-	C_ENDPOINT,
-	C_KEY,
-	C_STATE,
-	C_RETRYABLE,
-	C_FINGERPRINT,
-	C_STATUS,
-	C_BODY,
-	C_ATTEMPT,
-	C_CREATED_AT,
-	C_CLAIMED_AT,
-	C_LEASE_EXPIRES_AT,
-	C_FINISHED_AT,
-	C_EXPIRES_AT,
-	C_HEADERS,
-	NUM_COLUMNS
-} RecordColumn;
+#define RECORD_COLUMNS(X) \
+	X(C_TENANT, tenant) X(C_ENDPOINT, endpoint) X(C_KEY, key) \
+	X(C_STATE, state) X(C_RETRYABLE, retryable) \
+	X(C_FINGERPRINT, fingerprint) X(C_STATUS, status) X(C_BODY, body) \
+	X(C_ATTEMPT, attempt) X(C_CREATED_AT, created_at) \
+	X(C_CLAIMED_AT, claimed_at) X(C_LEASE_EXPIRES_AT, lease_expires_at) \
+	X(C_FINISHED_AT, finished_at) X(C_EXPIRES_AT, expires_at) \
+	X(C_HEADERS, headers)
 
-static const char *const column_names[NUM_COLUMNS] = {
-	[C_TENANT] = "tenant",
-	[C_ENDPOINT] = "endpoint",
-	[C_KEY] = "key",
-	[C_STATE] = "state",
-	[C_RETRYABLE] = "retryable",
-	[C_FINGERPRINT] = "fingerprint",
-	[C_STATUS] = "status",
-	[C_BODY] = "body",
-	[C_ATTEMPT] = "attempt",
-	[C_CREATED_AT] = "created_at",
-	[C_CLAIMED_AT] = "claimed_at",
-	[C_LEASE_EXPIRES_AT] = "lease_expires_at",
-	[C_FINISHED_AT] = "finished_at",
-	[C_EXPIRES_AT] = "expires_at",
-	[C_HEADERS] = "headers"
-};
+IDEM_NAMED_ENUM(RecordColumn, RECORD_COLUMNS, NUM_COLUMNS, column_names);
 
 /* The names of idem_record.state, indexed by IdemState */
 const char *const record_state_names[] = {
@@ -156,14 +129,8 @@ const char *const record_state_names[] = {
 	[IDEM_FAILED] = "failed"
 };
 
-/* idem_record, as this backend knows it until a relcache invalidation */
-static AccessTable record_table = {
-	.name = "idem_record",
-	.columns = column_names,
-	.ncolumns = NUM_COLUMNS
-};
 
-/* ... and the rest the look-up finds, with it */
+/* What the look-up of idem_record finds with it (look_up_rest) */
 typedef struct RecordTables
 {
 	bool		distributed;	/* through SQL: record_sql.c */
@@ -173,32 +140,32 @@ typedef struct RecordTables
 
 static RecordTables tables;
 
+static void look_up_rest(AccessTable *t, Oid schema);
+
+static AccessTable record_table =
+	ACCESS_TABLE("idem_record", column_names, look_up_rest);
+
 static const RecordMethods direct_methods;
 
 /*
- * Find the extension's tables, their indexes and idem_record's columns,
- * and decide which way the table is reached.  Refuses a table that is not
- * stored by the heap access method: the direct path reads heap tuples.  An
+ * Find, with idem_record, the fencing floor and the indexes, and decide
+ * which way the table is reached.  Refuses a table that is not stored by
+ * the heap access method: the direct path reads heap tuples.  An
  * invalidation of the fencing floor invalidates the look-up too.
  */
 static void
-look_up_tables(void)
+look_up_rest(AccessTable *t, Oid schema)
 {
-	Oid			schema = idem_extension_schema();
-
-	access_look_up(&record_table, schema);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	tables.distributed = sql_distributed(record_table.relid);
+	tables.distributed = sql_distributed(t->relid);
 	SPI_finish();
 	if (!tables.distributed)
-		access_require_heap(record_table.relid);
-	record_table.other = access_table("idem_attempt_floor", schema);
-	tables.key_index = access_index_of("idem_record_key", schema,
-									   record_table.relid);
+		access_require_heap(t->relid);
+	t->other = access_table("idem_attempt_floor", schema);
+	tables.key_index = access_index_of("idem_record_key", schema, t->relid);
 	tables.floor_index = access_index_of("idem_attempt_floor_pkey", schema,
-										 record_table.other);
-	record_table.valid = true;
+										 t->other);
 }
 
 /*
@@ -208,9 +175,7 @@ look_up_tables(void)
 Oid
 record_relation(void)
 {
-	if (!record_table.valid)
-		look_up_tables();
-	return record_table.relid;
+	return access_relation(&record_table);
 }
 
 /* ---- The interface: brackets, and dispatch to the way ---- */
@@ -238,8 +203,7 @@ record_open(RecordAccess *batch)
 			ResetPerTupleExprContext(batch->estate);
 		return batch;
 	}
-	if (!record_table.valid)
-		look_up_tables();
+	(void) access_relation(&record_table);
 	ra = palloc0(sizeof(RecordAccess));
 	ra->methods = tables.distributed ? &sql_methods : &direct_methods;
 	ra->caller = CurrentMemoryContext;
@@ -275,8 +239,7 @@ record_batch_open(void)
 {
 	RecordAccess *batch;
 
-	if (!record_table.valid)
-		look_up_tables();
+	(void) access_relation(&record_table);
 	if (tables.distributed)
 	{
 		batch = palloc0(sizeof(RecordAccess));
@@ -408,7 +371,8 @@ record_forget(RecordAccess *ra, const IdemKey *key)
 /*
  * The purge and the listing go through SQL on every table: they are not on
  * a request's path, and a deletion must fire the trigger that raises the
- * fencing floor.  On the direct way, a bracket of SQL opens for them.
+ * fencing floor.  On the direct way, the first of them opens a bracket of
+ * SQL inside the direct one (sql_enter), which closes with it.
  *
  * The relations the purge on this node goes through: the local
  * idem_record, or the shard placements of a distributed one that this node
@@ -417,42 +381,21 @@ record_forget(RecordAccess *ra, const IdemKey *key)
 List *
 record_purge_targets(RecordAccess *ra, bool *distributed)
 {
-	List	   *targets;
-
-	if (ra->methods == &direct_methods)
-		sql_open(ra);
-	targets = sql_purge_targets(ra, distributed);
-	if (ra->methods == &direct_methods)
-		sql_close(ra);
-	return targets;
+	return sql_purge_targets(ra, distributed);
 }
 
 uint64
 record_purge_batch(RecordAccess *ra, Oid target, TimestampTz now, int batch,
 				   IdemPurgeScan *scan, bool *more)
 {
-	uint64		deleted;
-
-	if (ra->methods == &direct_methods)
-		sql_open(ra);
-	deleted = sql_purge_batch(ra, target, now, batch, scan, more);
-	if (ra->methods == &direct_methods)
-		sql_close(ra);
-	return deleted;
+	return sql_purge_batch(ra, target, now, batch, scan, more);
 }
 
 List *
 record_list(RecordAccess *ra, text *tenant, text *endpoint, bool with_body,
 			int32 max_rows, TupleDesc desc)
 {
-	List	   *rows;
-
-	if (ra->methods == &direct_methods)
-		sql_open(ra);
-	rows = sql_list(ra, tenant, endpoint, with_body, max_rows, desc);
-	if (ra->methods == &direct_methods)
-		sql_close(ra);
-	return rows;
+	return sql_list(ra, tenant, endpoint, with_body, max_rows, desc);
 }
 
 /* ---- The facts both ways share ---- */
@@ -658,6 +601,8 @@ direct_open(RecordAccess *ra)
 static void
 direct_close(RecordAccess *ra)
 {
+	if (ra->sql_entered)
+		sql_close(ra);
 	if (ra->estate != NULL)
 	{
 		ExecCloseIndices(ra->rri);
@@ -1086,13 +1031,9 @@ static bool
 direct_forget(RecordAccess *ra, const IdemKey *key)
 {
 	bool		busy;
-	bool		forgotten;
 
 	(void) probe(ra, key, true, false, RECORD_FOR_FORGET, &busy);
-	sql_open(ra);
-	forgotten = sql_delete(ra, key);
-	sql_close(ra);
-	return forgotten;
+	return sql_delete(ra, key);
 }
 
 static const RecordMethods direct_methods = RECORD_METHODS(direct);

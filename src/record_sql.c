@@ -288,6 +288,26 @@ statement_text(const char *template, const char *record, const char *floor)
 	return sql.data;
 }
 
+/*
+ * Prepare statement which of plan_specs, against the tables named (a shard
+ * placement of idem_record, for the purge), for a generic plan
+ */
+static SPIPlanPtr
+prepare_plan(RecordPlan which, const char *record, const char *floor)
+{
+	char	   *sql = statement_text(plan_specs[which].sql, record, floor);
+	SPIPlanPtr	plan;
+
+	plan = SPI_prepare_cursor(sql, plan_specs[which].nargs,
+							  (Oid *) plan_specs[which].argtypes,
+							  CURSOR_OPT_GENERIC_PLAN);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 sql, SPI_result_code_string(SPI_result));
+	pfree(sql);
+	return plan;
+}
+
 /* Prepare every statement against the extension's idem_record. */
 static void
 prepare_plans(void)
@@ -323,23 +343,14 @@ prepare_plans(void)
 	nestlevel = pin_settings(schema);
 	for (int i = 0; i < NUM_PLANS; i++)
 	{
-		char	   *sql = statement_text(plan_specs[i].sql, qualified,
-											 qualified_floor);
-		SPIPlanPtr	plan;
+		SPIPlanPtr	plan = prepare_plan(i, qualified, qualified_floor);
 		CachedPlan *cplan;
 
-		plan = SPI_prepare_cursor(sql, plan_specs[i].nargs,
-								  (Oid *) plan_specs[i].argtypes,
-								  CURSOR_OPT_GENERIC_PLAN);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 sql, SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
 		cplan = SPI_plan_get_cached_plan(plan);
 		ReleaseCachedPlan(cplan, CurrentResourceOwner);
 		plans[i] = plan;
-		pfree(sql);
 	}
 	AtEOXact_GUC(true, nestlevel);
 	plans_valid = true;
@@ -395,6 +406,22 @@ sql_close(RecordAccess *ra)
 {
 	AtEOXact_GUC(true, ra->sql_nestlevel);
 	SPI_finish();
+}
+
+/*
+ * What a direct bracket does through SQL (the purge, the listing, a
+ * deletion) runs in a bracket of SQL that the first such call opens, and
+ * that closes with the direct one.  Its memory context is SPI's from then
+ * on, as an SQL bracket's is throughout; values for the caller go to
+ * ra->caller either way.
+ */
+static void
+sql_enter(RecordAccess *ra)
+{
+	if (ra->methods == &sql_methods || ra->sql_entered)
+		return;
+	sql_open(ra);
+	ra->sql_entered = true;
 }
 
 static int
@@ -523,6 +550,7 @@ fetch(RecordAccess *ra, const IdemKey *key, bool latest, IdemRecord *rec)
 	char		nulls[3];
 	bool		isnull;
 	Datum		d;
+	MemoryContext old;
 
 	key_datums(key, values, nulls);
 	if (!run_lookup(PLAN_FETCH, values, nulls, latest))
@@ -541,27 +569,12 @@ fetch(RecordAccess *ra, const IdemKey *key, bool latest, IdemRecord *rec)
 	rec->has_status = !isnull;
 	rec->status = isnull ? 0 : DatumGetInt32(d);
 
+	old = MemoryContextSwitchTo(ra->caller);
 	d = first_row_column(COL_BODY, &isnull);
-	if (isnull)
-		rec->body = NULL;
-	else
-	{
-		MemoryContext old = MemoryContextSwitchTo(ra->caller);
-
-		rec->body = DatumGetByteaPCopy(d);
-		MemoryContextSwitchTo(old);
-	}
-
+	rec->body = isnull ? NULL : DatumGetByteaPCopy(d);
 	d = first_row_column(COL_HEADERS, &isnull);
-	if (isnull)
-		rec->headers = NULL;
-	else
-	{
-		MemoryContext old = MemoryContextSwitchTo(ra->caller);
-
-		rec->headers = DatumGetJsonbPCopy(d);
-		MemoryContextSwitchTo(old);
-	}
+	rec->headers = isnull ? NULL : DatumGetJsonbPCopy(d);
+	MemoryContextSwitchTo(old);
 
 	rec->attempt = DatumGetInt32(first_row_column(COL_ATTEMPT, &isnull));
 	rec->created_at =
@@ -761,6 +774,7 @@ sql_list(RecordAccess *ra, text *tenant, text *endpoint, bool with_body,
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	List	   *rows = NIL;
 
+	sql_enter(ra);
 	values[0] = PointerGetDatum(tenant);
 	values[1] = PointerGetDatum(endpoint);
 	nulls[1] = endpoint != NULL ? ' ' : 'n';
@@ -796,6 +810,7 @@ sql_delete(RecordAccess *ra, const IdemKey *key)
 	Datum		values[3];
 	char		nulls[3];
 
+	sql_enter(ra);
 	key_datums(key, values, nulls);
 	run_plan(PLAN_FORGET, values, nulls, 0);
 	return SPI_processed == 1;
@@ -835,6 +850,7 @@ sql_purge_targets(RecordAccess *ra, bool *distributed)
 	List	   *targets = NIL;
 	MemoryContext old;
 
+	sql_enter(ra);
 	*distributed = sql_distributed(record_relid);
 	if (!*distributed)
 	{
@@ -880,7 +896,6 @@ sql_purge_targets(RecordAccess *ra, bool *distributed)
 static void
 run_purge_plan(RecordPlan which, Oid target, Datum *values, const char *nulls)
 {
-	char	   *sql;
 	SPIPlanPtr	plan;
 	int			nestlevel;
 	int			rc;
@@ -893,26 +908,18 @@ run_purge_plan(RecordPlan which, Oid target, Datum *values, const char *nulls)
 	}
 
 	schema = get_namespace_name(get_rel_namespace(target));
-	sql = statement_text(plan_specs[which].sql,
-						 quote_qualified_identifier(schema, get_rel_name(target)),
-						 "");
-
 	nestlevel = NewGUCNestLevel();
 	(void) set_config_option("citus.enable_manual_changes_to_shards", "on",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
-	plan = SPI_prepare_cursor(sql, plan_specs[which].nargs,
-							  (Oid *) plan_specs[which].argtypes,
-							  CURSOR_OPT_GENERIC_PLAN);
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-			 sql, SPI_result_code_string(SPI_result));
+	plan = prepare_plan(which,
+						quote_qualified_identifier(schema, get_rel_name(target)),
+						"");
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	AtEOXact_GUC(true, nestlevel);
 	SPI_freeplan(plan);
-	pfree(sql);
 }
 
 /*
@@ -967,6 +974,7 @@ sql_purge_batch(RecordAccess *ra, Oid target, TimestampTz now, int batch,
 	bool		isnull;
 	uint64		deleted = 0;
 
+	sql_enter(ra);
 	*more = false;
 	if (target != record_relid)
 	{

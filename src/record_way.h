@@ -47,10 +47,14 @@ struct RecordAccess
 	ResultRelInfo *rri;
 	List	   *arbiters;		/* of a claim's insert: key_arbiters() */
 
-	/* the SQL way: the key's lock (keylock.c), and the pinned settings */
+	/*
+	 * the SQL way: the key's lock (keylock.c), and the pinned settings;
+	 * sql_entered: a direct bracket opened one of SQL too (sql_enter)
+	 */
 	bool		key_locked;
 	bool		key_held_before;
 	int			sql_nestlevel;
+	bool		sql_entered;
 };
 
 /* What each way implements of record.h */

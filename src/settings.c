@@ -207,6 +207,28 @@ settings_init(void)
 }
 
 /*
+ * The one report of the retention rule broken: in force (after_alter
+ * false), or in the configuration files once an ALTER SYSTEM would have
+ * run.
+ */
+static void
+report_retention_rule(int elevel, int retention, int retry_window,
+					  bool after_alter)
+{
+	ereport(elevel,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("idem.retention (%ds) must be longer than idem.retry_window (%ds)",
+					retention, retry_window),
+			 after_alter ?
+			 errdetail("After this ALTER SYSTEM, the configuration files would set idem.retention to %ds and idem.retry_window to %ds.",
+					   retention, retry_window) :
+			 errdetail("A retry that arrives after its record expired would execute the request again."),
+			 after_alter ?
+			 errhint("To move both settings past each other, change first the one that keeps the rule.") :
+			 errhint("Raise idem.retention or lower idem.retry_window.")));
+}
+
+/*
  * Report, at elevel, a retention that does not outlive the retry window.
  * The message names both settings and their values so that whoever reads
  * the log knows what to change.
@@ -217,12 +239,7 @@ settings_check_retention_rule(int elevel)
 	if (idem_retention > idem_retry_window)
 		return;
 
-	ereport(elevel,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("idem.retention (%ds) must be longer than idem.retry_window (%ds)",
-					idem_retention, idem_retry_window),
-			 errdetail("A retry that arrives after its record expired would execute the request again."),
-			 errhint("Raise idem.retention or lower idem.retry_window.")));
+	report_retention_rule(elevel, idem_retention, idem_retry_window, false);
 }
 
 /* The two settings of the retention rule, as one configuration gives them */
@@ -313,13 +330,7 @@ check_alter_system(AlterSystemStmt *stmt)
 								conf.retry_window, RETRY_WINDOW_DEFAULT);
 	if (retention > retry_window)
 		return;
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("idem.retention (%ds) must be longer than idem.retry_window (%ds)",
-					retention, retry_window),
-			 errdetail("After this ALTER SYSTEM, the configuration files would set idem.retention to %ds and idem.retry_window to %ds.",
-					   retention, retry_window),
-			 errhint("To move both settings past each other, change first the one that keeps the rule.")));
+	report_retention_rule(ERROR, retention, retry_window, true);
 }
 
 static void

@@ -67,25 +67,19 @@ static IdemStatsShared *shared = NULL;
 static IdemDbStats *my_slot = NULL;
 static bool my_slot_looked_up = false;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-static void
+/* Called from idem.c's shmem_request_hook */
+void
 stats_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(sizeof(IdemStatsShared));
 	RequestNamedLWLockTranche("idem", 1);
 }
 
-static void
+/* Called from idem.c's shmem_startup_hook */
+void
 stats_shmem_startup(void)
 {
 	bool		found;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	shared = ShmemInitStruct("idem stats", sizeof(IdemStatsShared), &found);
@@ -101,16 +95,6 @@ stats_shmem_startup(void)
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
-}
-
-/* Called from _PG_init while the library is being preloaded */
-void
-stats_init(void)
-{
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = stats_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = stats_shmem_startup;
 }
 
 static IdemDbStats *

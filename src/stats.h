@@ -10,7 +10,8 @@
 
 #include "idem.h"
 
-extern void stats_init(void);
+extern void stats_shmem_request(void);
+extern void stats_shmem_startup(void);
 extern void stats_count_claim(IdemOutcome outcome);
 extern void stats_count_finish(IdemFinish how);
 extern void stats_count_purge(uint64 rows, TimestampTz start, TimestampTz end,

@@ -80,24 +80,18 @@ static bool to_wake[IDEM_WAIT_SLOTS];
 static bool any_to_wake = false;
 static bool callback_registered = false;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-static void
+/* Called from idem.c's shmem_request_hook */
+void
 wait_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(sizeof(IdemWakeSlot) * IDEM_WAIT_SLOTS);
 }
 
-static void
+/* Called from idem.c's shmem_startup_hook */
+void
 wait_shmem_startup(void)
 {
 	bool		found;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	slots = ShmemInitStruct("idem wait", sizeof(IdemWakeSlot) * IDEM_WAIT_SLOTS,
@@ -111,16 +105,6 @@ wait_shmem_startup(void)
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
-}
-
-/* Called from _PG_init while the library is being preloaded */
-void
-wait_init(void)
-{
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = wait_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = wait_shmem_startup;
 }
 
 static IdemWakeSlot *

@@ -24,7 +24,8 @@ typedef struct IdemWait
 	TimestampTz lock_deadline;
 } IdemWait;
 
-extern void wait_init(void);
+extern void wait_shmem_request(void);
+extern void wait_shmem_startup(void);
 extern void wait_key_finished(const IdemKey *key);
 extern void wait_prepare(const IdemKey *key, IdemWait *w);
 extern void wait_sleep(const IdemKey *key, TimestampTz until, IdemWait *w);
