@@ -74,6 +74,24 @@ idem_interval_is_finite(const Interval *span)
 
 
 /*
+ * A wait event of idem's own, by name, as pg_stat_activity.wait_event shows
+ * it: 17 added custom wait events for extensions (WaitEventExtensionNew);
+ * before, every wait of an extension shows as "Extension".  Its type is
+ * "Extension" either way.  The caller keeps what it returns.
+ */
+#include "utils/wait_event.h"
+
+static inline uint32
+idem_wait_event(const char *name)
+{
+#if PG_VERSION_NUM >= 170000
+	return WaitEventExtensionNew(name);
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}
+
+/*
  * Direct record access (record.c).  Index scans: 18 added an
  * IndexScanInstrumentation argument, 19 a flags argument.
  */

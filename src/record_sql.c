@@ -773,6 +773,7 @@ sql_list(RecordAccess *ra, text *tenant, text *endpoint, bool with_body,
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	List	   *rows = NIL;
+	int			rc;
 
 	sql_enter(ra);
 	values[0] = PointerGetDatum(tenant);
@@ -780,13 +781,17 @@ sql_list(RecordAccess *ra, text *tenant, text *endpoint, bool with_body,
 	nulls[1] = endpoint != NULL ? ' ' : 'n';
 	values[2] = BoolGetDatum(with_body);
 	values[3] = Int32GetDatum(max_rows);
-	run_plan(PLAN_LIST, values, nulls, 0);
 
 	/*
-	 * desc may end before the statement's last columns: 0.1.0's definition
-	 * of idem_list, until ALTER EXTENSION idem UPDATE, has no headers.
+	 * idem_list is STABLE: its statement runs read-only, under the caller's
+	 * snapshot, as PL/pgSQL runs the statements of a function that is not
+	 * VOLATILE
 	 */
-	Assert(desc->natts <= SPI_tuptable->tupdesc->natts);
+	rc = SPI_execute_plan(plans[PLAN_LIST], values, nulls, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	if (desc->natts != SPI_tuptable->tupdesc->natts)
+		elog(ERROR, "incorrect number of output arguments");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		int			ncols = SPI_tuptable->tupdesc->natts;

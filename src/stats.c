@@ -30,6 +30,7 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "stats.h"
 
@@ -208,32 +209,25 @@ PG_FUNCTION_INFO_V1(idem_stats_reset);
 
 /*
  * One row per database that has counted something.  Columns follow the
- * IdemCounter order, as declared in the install script.
+ * IdemCounter order, as declared in the install script.  The slots are
+ * read under the lock that assigns them, shared, so that no slot changes
+ * database while it is read; the counters themselves are atomics, read as
+ * they are.
  */
 Datum
 idem_stats_read(PG_FUNCTION_ARGS)
 {
-	FuncCallContext *funcctx;
-	int			next;
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
-	if (SRF_IS_FIRSTCALL())
+	require_shared();
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != 1 + NUM_COUNTERS)
+		elog(ERROR, "incorrect number of output arguments");
+
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < IDEM_STATS_DATABASES; i++)
 	{
-		MemoryContext old;
-		TupleDesc	desc;
-
-		require_shared();
-		funcctx = SRF_FIRSTCALL_INIT();
-		old = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
-		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-			elog(ERROR, "return type must be a row type");
-		funcctx->tuple_desc = BlessTupleDesc(desc);
-		MemoryContextSwitchTo(old);
-	}
-	funcctx = SRF_PERCALL_SETUP();
-
-	for (next = funcctx->call_cntr; next < IDEM_STATS_DATABASES; next++)
-	{
-		IdemDbStats *slot = &shared->slots[next];
+		IdemDbStats *slot = &shared->slots[i];
 		Datum		values[1 + NUM_COUNTERS];
 		bool		nulls[1 + NUM_COUNTERS] = {false};
 		uint64		v[NUM_COUNTERS];
@@ -251,14 +245,11 @@ idem_stats_read(PG_FUNCTION_ARGS)
 		values[1 + CTR_LAST_PURGE_US] = Float8GetDatum(v[CTR_LAST_PURGE_US] / 1000.0);
 		nulls[1 + CTR_LAST_PURGE_US] = v[CTR_LAST_PURGE] == 0;
 		values[1 + CTR_RESET] = TimestampTzGetDatum((TimestampTz) v[CTR_RESET]);
-
-		/* resume after this slot at the next call */
-		funcctx->call_cntr = next;
-		SRF_RETURN_NEXT(funcctx,
-						HeapTupleGetDatum(heap_form_tuple(funcctx->tuple_desc,
-														  values, nulls)));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+							 nulls);
 	}
-	SRF_RETURN_DONE(funcctx);
+	LWLockRelease(shared->lock);
+	return (Datum) 0;
 }
 
 /* Zero every database's counters; slots stay where they are */

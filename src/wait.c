@@ -107,6 +107,17 @@ wait_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/* The wait event of a claim that waits: IdemClaimWait (17+) */
+static uint32
+claim_wait_event(void)
+{
+	static uint32 event = 0;
+
+	if (event == 0)
+		event = idem_wait_event("IdemClaimWait");
+	return event;
+}
+
 static IdemWakeSlot *
 slot_of(const IdemKey *key)
 {
@@ -218,7 +229,7 @@ wait_sleep(const IdemKey *key, TimestampTz until, IdemWait *w)
 		ConditionVariablePrepareToSleep(&slot->cv);
 		while (pg_atomic_read_u64(&slot->generation) == w->generation &&
 			   (ms = ms_until(until)) > 0)
-			(void) ConditionVariableTimedSleep(&slot->cv, ms, PG_WAIT_EXTENSION);
+			(void) ConditionVariableTimedSleep(&slot->cv, ms, claim_wait_event());
 		ConditionVariableCancelSleep();
 		return;
 	}
@@ -227,7 +238,7 @@ wait_sleep(const IdemKey *key, TimestampTz until, IdemWait *w)
 	if (ms > 0)
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 ms, PG_WAIT_EXTENSION);
+						 ms, claim_wait_event());
 		ResetLatch(MyLatch);
 	}
 	CHECK_FOR_INTERRUPTS();

@@ -89,6 +89,24 @@ typedef struct Straggler
 /* The launcher's stragglers, in TopMemoryContext */
 static List *stragglers = NIL;
 
+/*
+ * The launcher's waits, as pg_stat_activity names them (17+): for a
+ * database's purge worker to finish (IdemLauncherWorker), and between two
+ * rounds (IdemLauncherSleep)
+ */
+static uint32
+launcher_wait_event(const char *name)
+{
+	static uint32 worker_event = 0;
+	static uint32 sleep_event = 0;
+	uint32	   *event = strcmp(name, "IdemLauncherWorker") == 0 ?
+		&worker_event : &sleep_event;
+
+	if (*event == 0)
+		*event = idem_wait_event(name);
+	return *event;
+}
+
 static void
 fill_worker(BackgroundWorker *bgw, const char *function, const char *type)
 {
@@ -200,7 +218,7 @@ wait_for_worker(BackgroundWorkerHandle *handle)
 			return false;
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 remaining, PG_WAIT_EXTENSION);
+						 remaining, launcher_wait_event("IdemLauncherWorker"));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
@@ -224,6 +242,7 @@ visit_database(Oid dboid)
 		return false;
 
 	fill_worker(&bgw, "idem_purge_main", "idem purge");
+	snprintf(bgw.bgw_name, BGW_MAXLEN, "idem purge of database %u", dboid);
 	bgw.bgw_restart_time = BGW_NEVER_RESTART;
 	bgw.bgw_main_arg = ObjectIdGetDatum(dboid);
 	bgw.bgw_notify_pid = MyProcPid;
@@ -287,7 +306,7 @@ sleep_interval(void)
 	{
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 remaining, PG_WAIT_EXTENSION);
+						 remaining, launcher_wait_event("IdemLauncherSleep"));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
