@@ -465,7 +465,7 @@ COMMENT ON VIEW idem_stats IS
 COMMENT ON FUNCTION idem_stats_reset() IS
 	'zero the idem_stats counters of every database';
 
-/* issue 14: Citus */
+/* ---- Citus ---- */
 
 /*
  * The unique key identifies a row for logical replication: UPDATEs and
@@ -635,7 +635,7 @@ COMMENT ON FUNCTION idem_stats_nodes() IS
 COMMENT ON VIEW idem_stats_cluster IS
 	'on Citus: idem_stats of this database summed over every node';
 
-/* issue 24: batches */
+/* ---- Batches of claims and finishes ---- */
 
 /*
  * A batch consumer's claims and finishes, one call per batch: every element
@@ -699,7 +699,7 @@ COMMENT ON FUNCTION idem_complete_many(text, text, text[], integer[], bytea[], i
 COMMENT ON FUNCTION idem_fail_many(text, text, text[], integer[], bytea[], boolean, integer[], jsonb[]) IS
 	'finish a batch of pending claims as failed; returns how many';
 
-/* issue 23: the outbox */
+/* ---- The outbox ---- */
 
 /*
  * One row per (tenant, topic, key): an outbound message that a business

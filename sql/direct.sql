@@ -66,4 +66,13 @@ ALTER TABLE idem_record DROP CONSTRAINT no_test_keys, DROP CONSTRAINT no_teapots
 ALTER TABLE idem_outbox DROP CONSTRAINT no_test_topics;
 SELECT outcome FROM idem_claim('d', 'POST /x', 'test-1');
 
+-- under REPEATABLE READ, a record this transaction wrote is its own even in
+-- the statement that wrote it, as ExecCheckTupleVisible has it: a claim and
+-- its complete in one statement are no serialization failure
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT (idem_claim('d', 'POST /rr', 'one-statement')).outcome,
+	   idem_complete('d', 'POST /rr', 'one-statement', 200, 'done');
+SELECT outcome, status FROM idem_claim('d', 'POST /rr', 'one-statement');
+COMMIT;
+
 DROP EXTENSION idem;

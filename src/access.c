@@ -20,8 +20,7 @@
  * enforced here too and its error names the constraint and the table.
  * Preparing the constraints' expressions costs more than the write itself,
  * so they are prepared once per backend, in an executor state that lives
- * until the table's relcache entry is invalidated (the caller then clears
- * "valid").
+ * until the table's relcache entry is invalidated (access_invalidate).
  *
  * An insert that a unique index must decide is a speculative insertion, as
  * INSERT ... ON CONFLICT makes it (access_insert_speculative), and a row
@@ -42,6 +41,7 @@
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "storage/lmgr.h"
+#include "storage/sinval.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -132,13 +132,27 @@ access_relation(AccessTable *t)
 		CacheRegisterRelcacheCallback(access_invalidate, PointerGetDatum(t));
 		t->registered = true;
 	}
-	schema = idem_extension_schema();
-	t->relid = access_table(t->name, schema);
-	rel = table_open(t->relid, AccessShareLock);
-	t->owner = rel->rd_rel->relowner;
-	access_columns(rel, t->columns, t->ncolumns, t->attnum);
-	table_close(rel, AccessShareLock);
-	t->look_up_rest(t, schema);
+
+	/*
+	 * Opening a table processes pending invalidations, which may concern
+	 * what was just looked up (an ALTER TABLE, idem_distribute()): as
+	 * RangeVarGetRelidExtended does, look up again until no invalidation
+	 * arrived meanwhile, so that what is kept is as of after the last one.
+	 */
+	for (;;)
+	{
+		uint64		invalidations = SharedInvalidMessageCounter;
+
+		schema = idem_extension_schema();
+		t->relid = access_table(t->name, schema);
+		rel = table_open(t->relid, AccessShareLock);
+		t->owner = rel->rd_rel->relowner;
+		access_columns(rel, t->columns, t->ncolumns, t->attnum);
+		table_close(rel, AccessShareLock);
+		t->look_up_rest(t, schema);
+		if (invalidations == SharedInvalidMessageCounter)
+			break;
+	}
 	t->valid = true;
 	return t->relid;
 }
@@ -286,10 +300,10 @@ access_insert_speculative(ResultRelInfo *rri, EState *estate,
  * With find_last, the newest version of the row is locked (and *tid moves
  * to it).  Returns TM_Ok, TM_WouldBlock (another transaction holds it and
  * policy is LockWaitSkip), TM_Updated or TM_Deleted (another transaction
- * changed it since snapshot: the caller looks again).  A version that this
- * very command changed already is an error, as in ExecOnConflictLockRow:
- * acting on it again would act on a row the command cannot see.  what
- * names the row for that message.
+ * changed it since snapshot: the caller looks again).  The rest is handled
+ * as ExecOnConflictLockRow does: a version that this transaction inserted
+ * and this very command already changed is an error (21000; what names the
+ * row for its message), anything else unexpected an internal error.
  */
 TM_Result
 access_lock_row(Relation rel, ItemPointer tid, Snapshot snapshot,
@@ -311,12 +325,23 @@ access_lock_row(Relation rel, ItemPointer tid, Snapshot snapshot,
 		case TM_Updated:
 		case TM_Deleted:
 			return result;
-		case TM_SelfModified:
 		case TM_Invisible:
-			ereport(ERROR,
-					(errcode(ERRCODE_CARDINALITY_VIOLATION),
-					 errmsg("%s was already changed by this command", what),
-					 errhint("Call idem's functions for one key or message at most once in a statement that changes it.")));
+			{
+				bool		isnull;
+				Datum		xmin = slot_getsysattr(slot,
+												   MinTransactionIdAttributeNumber,
+												   &isnull);
+
+				if (TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin)))
+					ereport(ERROR,
+							(errcode(ERRCODE_CARDINALITY_VIOLATION),
+							 errmsg("%s was already changed by this command", what),
+							 errhint("Call idem's functions for one key or message at most once in a statement that changes it.")));
+				elog(ERROR, "attempted to lock invisible tuple");
+			}
+			break;
+		case TM_SelfModified:
+			elog(ERROR, "unexpected self-updated tuple");
 			break;
 		default:
 			elog(ERROR, "unexpected table_tuple_lock status: %u", result);

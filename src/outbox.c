@@ -755,7 +755,8 @@ lock_by_id(Outbox *ob, int64 id, Message *m)
 		}
 		tid = ob->slot->tts_tid;
 		result = access_lock_row(ob->rel, &tid, snapshot, ob->slot,
-								 LockWaitBlock, true, "outbox message");
+								 LockWaitBlock, true,
+								 psprintf("outbox message %lld", (long long) id));
 		UnregisterSnapshot(snapshot);
 		if (result == TM_Deleted)
 			continue;			/* purged meanwhile: look again */

@@ -836,7 +836,8 @@ direct_probe(RecordAccess *ra, const IdemKey *key, bool wait,
 	tuple = ExecFetchSlotHeapTuple(ra->slot, false, NULL);
 	*own = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data));
 	deform_record(ra, rec);
-	if (IsolationUsesXactSnapshot())
+	/* its own version, as ExecCheckTupleVisible has it, needs no look */
+	if (IsolationUsesXactSnapshot() && !*own)
 		rec->visible = table_tuple_satisfies_snapshot(ra->rel, ra->slot,
 													  GetActiveSnapshot());
 	return result;

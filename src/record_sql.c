@@ -123,7 +123,9 @@ enum
 	LOCK_RETRYABLE,
 	LOCK_ATTEMPT,
 	LOCK_CREATED_AT,
-	LOCK_LEASE_EXPIRES_AT
+	LOCK_LEASE_EXPIRES_AT,
+	LOCK_EXPIRES_AT,
+	LOCK_FINGERPRINT
 };
 
 typedef struct PlanSpec
@@ -158,7 +160,8 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	},
 	[PLAN_LOCK] = {
 		/* a row that another transaction holds, or that is gone: no row */
-		"SELECT state, retryable, attempt, created_at, lease_expires_at"
+		"SELECT state, retryable, attempt, created_at, lease_expires_at,"
+		" expires_at, fingerprint"
 		" FROM @record@" KEY_MATCH " FOR NO KEY UPDATE SKIP LOCKED",
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
@@ -596,16 +599,22 @@ sql_fetch(RecordAccess *ra, const IdemKey *key, IdemRecord *rec)
 }
 
 /*
- * Whether two reads of a key's record found the same version: the SQL
- * way's version is what its writers change, the state, the attempt and
- * the times a claim writes (PLAN_LOCK's columns)
+ * Whether two reads of a key's record found the same version: the SQL way
+ * recognizes a version by every column that a write carries over from the
+ * version it probed (PLAN_LOCK's columns), so that a write never undoes a
+ * change made since, by idem or by hand
  */
 static bool
 same_version(const IdemRecord *a, const IdemRecord *b)
 {
 	return a->state == b->state && a->retryable == b->retryable &&
 		a->attempt == b->attempt && a->created_at == b->created_at &&
-		a->lease_expires_at == b->lease_expires_at;
+		a->lease_expires_at == b->lease_expires_at &&
+		a->expires_at == b->expires_at &&
+		a->fingerprint.present == b->fingerprint.present &&
+		(!a->fingerprint.present ||
+		 memcmp(a->fingerprint.digest, b->fingerprint.digest,
+				IDEM_FINGERPRINT_LEN) == 0);
 }
 
 /*
@@ -669,6 +678,7 @@ locked_is_probed(const IdemRecord *probed)
 {
 	IdemRecord	locked;
 	bool		isnull;
+	Datum		d;
 
 	locked.state = record_state_of(TextDatumGetCString(first_row_column(LOCK_STATE,
 																		  &isnull)));
@@ -678,11 +688,17 @@ locked_is_probed(const IdemRecord *probed)
 		DatumGetTimestampTz(first_row_column(LOCK_CREATED_AT, &isnull));
 	locked.lease_expires_at =
 		DatumGetTimestampTz(first_row_column(LOCK_LEASE_EXPIRES_AT, &isnull));
+	locked.expires_at =
+		DatumGetTimestampTz(first_row_column(LOCK_EXPIRES_AT, &isnull));
+	d = first_row_column(LOCK_FINGERPRINT, &isnull);
+	locked.fingerprint.present = false;
+	if (!isnull)
+		record_read_fingerprint(d, &locked.fingerprint);
 	return same_version(&locked, probed);
 }
 
 /*
- * Lock the key's record, as the last probe found it, for a re-claim or a
+ * Lock the key's record, the version probed, for a re-claim or a
  * finish: RECORD_WRITTEN if this transaction now holds that version, still
  * the newest; RECORD_CHANGED if another version or none is there now (the
  * caller probes again); RECORD_WRITE_BUSY if another transaction holds the

@@ -167,10 +167,11 @@ objects_served(const char *version)
  * as pg_cron's CronExtensionOwner() reads pg_extension, and so the one
  * place that meets SQL objects older than the library serves (those of
  * 0.1.0, between installing a newer package and ALTER EXTENSION idem
- * UPDATE): every call that reaches a table of idem's comes through here
- * first, and is refused here, with one SQLSTATE and the hint that mends
- * it, before it reads an argument those objects would not pass or a
- * column they lack.  ALTER EXTENSION sets the new version before it runs
+ * UPDATE): every call that reaches a table of idem's looks its tables up
+ * through here first (the look-ups are cached per backend, and an update
+ * invalidates them), and is refused here, with one SQLSTATE and the hint
+ * that mends it, before it reads an argument those objects would not pass
+ * or a column they lack.  ALTER EXTENSION sets the new version before it runs
  * an update script, so the script's own calls are served.
  */
 Oid
@@ -217,8 +218,9 @@ idem_extension_schema(void)
 /*
  * The OID of the extension's binding table, or InvalidOid when this
  * database has none that idem can trust: the extension is not installed,
- * its SQL objects are older than the library, or the table is not the
- * extension's own, with the columns (role idem_role, tenant text).  The
+ * or the table is not the extension's own, with the columns (role
+ * idem_role, tenant text).  (SQL objects older than the library serves are
+ * refused before, by idem_extension_schema.)  The
  * role column of 0.2.0 (regrole) is accepted too: the values are the same
  * OIDs, so a database not yet updated keeps its bindings.
  */
