@@ -28,12 +28,12 @@ CREATE TYPE idem_role;
 CREATE FUNCTION idem_role_in(cstring)
 RETURNS idem_role
 AS 'MODULE_PATHNAME', 'idem_role_in'
-LANGUAGE C STRICT STABLE;
+LANGUAGE C STRICT STABLE PARALLEL SAFE;
 
 CREATE FUNCTION idem_role_out(idem_role)
 RETURNS cstring
 AS 'MODULE_PATHNAME', 'idem_role_out'
-LANGUAGE C STRICT STABLE;
+LANGUAGE C STRICT STABLE PARALLEL SAFE;
 
 CREATE TYPE idem_role (
 	INPUT = idem_role_in,
@@ -349,7 +349,7 @@ RETURNS TABLE (id bigint, state text, attempt integer,
 			   body bytea, created_at timestamptz, finished_at timestamptz,
 			   expires_at timestamptz)
 AS 'MODULE_PATHNAME', 'idem_message'
-LANGUAGE C STABLE ROWS 1;
+LANGUAGE C STABLE PARALLEL RESTRICTED ROWS 1;
 
 /*
  * Per topic: the messages in each state (a leased message whose lease ran
@@ -413,3 +413,20 @@ COMMENT ON FUNCTION idem_message(text, text, text) IS
 	'the poll: a message''s state and the receiver''s answer';
 COMMENT ON VIEW idem_outbox_stats IS
 	'per topic: messages in each state, the oldest due message''s age, deliveries, retries and deaths';
+
+/*
+ * Parallel labels.  The type's I/O functions, idem_tenant() (which the
+ * row-level security policies call, so that a scan of idem_record or
+ * idem_outbox may run in parallel workers) and the counters read nothing a
+ * parallel worker lacks: PARALLEL SAFE.  idem_replay, idem_list and
+ * idem_message read through idem's own access (the table owner's identity,
+ * SPI for the listing): PARALLEL RESTRICTED, so a query that calls them
+ * may still be parallel elsewhere.  Every function that writes stays
+ * PARALLEL UNSAFE.
+ */
+ALTER FUNCTION idem_tenant() PARALLEL SAFE;
+ALTER FUNCTION idem_stats_read() PARALLEL SAFE;
+ALTER FUNCTION idem_replay(text, text, text, bytea) PARALLEL RESTRICTED;
+ALTER FUNCTION idem_replay(text, text, text, text) PARALLEL RESTRICTED;
+ALTER FUNCTION idem_replay(text, text, text, jsonb) PARALLEL RESTRICTED;
+ALTER FUNCTION idem_list(text, text, boolean, integer) PARALLEL RESTRICTED;
