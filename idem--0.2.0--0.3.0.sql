@@ -349,7 +349,7 @@ RETURNS TABLE (id bigint, state text, attempt integer,
 			   body bytea, created_at timestamptz, finished_at timestamptz,
 			   expires_at timestamptz)
 AS 'MODULE_PATHNAME', 'idem_message'
-LANGUAGE C STABLE PARALLEL RESTRICTED ROWS 1;
+LANGUAGE C STABLE ROWS 1;
 
 /*
  * Per topic: the messages in each state (a leased message whose lease ran
@@ -415,18 +415,10 @@ COMMENT ON VIEW idem_outbox_stats IS
 	'per topic: messages in each state, the oldest due message''s age, deliveries, retries and deaths';
 
 /*
- * Parallel labels.  The type's I/O functions, idem_tenant() (which the
- * row-level security policies call, so that a scan of idem_record or
- * idem_outbox may run in parallel workers) and the counters read nothing a
- * parallel worker lacks: PARALLEL SAFE.  idem_replay, idem_list and
- * idem_message read through idem's own access (the table owner's identity,
- * SPI for the listing): PARALLEL RESTRICTED, so a query that calls them
- * may still be parallel elsewhere.  Every function that writes stays
- * PARALLEL UNSAFE.
+ * Parallel labels.  The counters read nothing a parallel worker lacks:
+ * PARALLEL SAFE, as the idem_role type's I/O functions above.  Every other
+ * function stays PARALLEL UNSAFE: the tenant binding is read with the
+ * latest snapshot, which parallel mode forbids, and every call but the
+ * counters' checks it.
  */
-ALTER FUNCTION idem_tenant() PARALLEL SAFE;
 ALTER FUNCTION idem_stats_read() PARALLEL SAFE;
-ALTER FUNCTION idem_replay(text, text, text, bytea) PARALLEL RESTRICTED;
-ALTER FUNCTION idem_replay(text, text, text, text) PARALLEL RESTRICTED;
-ALTER FUNCTION idem_replay(text, text, text, jsonb) PARALLEL RESTRICTED;
-ALTER FUNCTION idem_list(text, text, boolean, integer) PARALLEL RESTRICTED;

@@ -154,7 +154,7 @@ REVOKE ALL ON FUNCTION idem_unbind(regrole) FROM PUBLIC;
 CREATE FUNCTION idem_tenant()
 RETURNS text
 AS 'MODULE_PATHNAME', 'idem_tenant'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE;
 
 COMMENT ON FUNCTION idem_bind(regrole, text) IS
 	'bind a role to a tenant: it and its members may touch no other (superuser only)';
@@ -343,7 +343,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay'
-LANGUAGE C STABLE PARALLEL RESTRICTED ROWS 1;
+LANGUAGE C STABLE ROWS 1;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint text,
@@ -354,7 +354,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_text'
-LANGUAGE C STABLE PARALLEL RESTRICTED ROWS 1;
+LANGUAGE C STABLE ROWS 1;
 
 CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							fingerprint jsonb,
@@ -365,7 +365,7 @@ CREATE FUNCTION idem_replay(tenant text, endpoint text, key text,
 							OUT expires_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_replay_jsonb'
-LANGUAGE C STABLE PARALLEL RESTRICTED ROWS 1;
+LANGUAGE C STABLE ROWS 1;
 
 CREATE FUNCTION idem_release(tenant text, endpoint text, key text,
 							 attempt integer DEFAULT NULL)
@@ -390,7 +390,7 @@ RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
 			   finished_at timestamptz, expires_at timestamptz, body bytea,
 			   headers jsonb)
 AS 'MODULE_PATHNAME', 'idem_list'
-LANGUAGE C STABLE PARALLEL RESTRICTED;
+LANGUAGE C STABLE;
 
 CREATE FUNCTION idem_forget(tenant text, endpoint text, key text)
 RETURNS boolean
@@ -856,7 +856,7 @@ RETURNS TABLE (id bigint, state text, attempt integer,
 			   body bytea, created_at timestamptz, finished_at timestamptz,
 			   expires_at timestamptz)
 AS 'MODULE_PATHNAME', 'idem_message'
-LANGUAGE C STABLE PARALLEL RESTRICTED ROWS 1;
+LANGUAGE C STABLE ROWS 1;
 
 /*
  * Per topic: the messages in each state (a leased message whose lease ran

@@ -448,16 +448,17 @@ floor_bucket(const IdemKey *key)
 }
 
 /*
- * The fencing floor of the key's bucket (0 if none): at least what the
- * newest committed state shows.  The bucket's row is read with a dirty
- * snapshot, the highest of its versions: one that another transaction is
- * raising counts too (if that transaction rolls back, an attempt was only
- * numbered higher than it had to be; attempts only have to grow).  A dirty
- * snapshot needs no look at the procarray, which an MVCC one would take
- * twice per fresh claim, at a cost that grows with the backends.
+ * The fencing floor of the key's bucket (0 if none).  With exact, as the
+ * newest committed state shows it (a snapshot of its own).  Without, a
+ * first estimate that costs no snapshot: the highest version of the
+ * bucket's row that a dirty snapshot shows, which counts a raise another
+ * transaction is making (if it rolls back, an attempt was only numbered
+ * higher than it had to be; attempts only have to grow), but can miss a
+ * version that a non-HOT update of the row gave an index entry while the
+ * scan ran.  So only the read that decides is exact.
  */
 static int32
-attempt_floor(const IdemKey *key)
+attempt_floor(const IdemKey *key, bool exact)
 {
 	Relation	floor;
 	Relation	index;
@@ -465,6 +466,7 @@ attempt_floor(const IdemKey *key)
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	SnapshotData dirty;
+	Snapshot	snapshot;
 	int32		result = 0;
 
 	floor = table_open(record_table.other, AccessShareLock);
@@ -473,7 +475,8 @@ attempt_floor(const IdemKey *key)
 	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT4EQ,
 				Int32GetDatum(floor_bucket(key)));
 	InitDirtySnapshot(dirty);
-	scan = idem_index_beginscan(floor, index, &dirty, 1);
+	snapshot = exact ? RegisterSnapshot(GetLatestSnapshot()) : &dirty;
+	scan = idem_index_beginscan(floor, index, snapshot, 1);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
@@ -482,6 +485,8 @@ attempt_floor(const IdemKey *key)
 		result = Max(result, DatumGetInt32(slot_getattr(slot, 2, &isnull)));
 	}
 	index_endscan(scan);
+	if (exact)
+		UnregisterSnapshot(snapshot);
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, NoLock);
 	table_close(floor, NoLock);
@@ -917,11 +922,12 @@ update_row(RecordAccess *ra, ItemPointer tid, Datum *values, bool *nulls)
 }
 
 /*
- * The floor is read twice.  Once before the insert, to write the right
- * attempt at once.  And once the insert has won: the unique index then
- * made sure that every earlier version of the key was deleted by a
- * committed transaction, whose raise of the floor the second read sees;
- * if it caught up with the attempt, the attempt moves above it.
+ * The floor is read twice.  Once before the insert, an estimate, to write
+ * the right attempt at once in the common case.  And once the insert has
+ * won, exactly: the unique index then made sure that every earlier version
+ * of the key was deleted by a committed transaction, whose raise of the
+ * floor the second read sees; if it caught up with the attempt, the
+ * attempt moves above it.
  */
 static bool
 direct_insert_claim(RecordAccess *ra, const IdemKey *key,
@@ -948,7 +954,7 @@ direct_insert_claim(RecordAccess *ra, const IdemKey *key,
 	claim.status = 0;
 	claim.body = NULL;
 	claim.headers = NULL;
-	claim.attempt = *attempt = attempt_floor(key) + 1;
+	claim.attempt = *attempt = attempt_floor(key, false) + 1;
 	claim.created_at = now;
 	claim.lease_expires_at = lease_expires_at;
 	claim.expires_at = expires_at;
@@ -963,7 +969,7 @@ direct_insert_claim(RecordAccess *ra, const IdemKey *key,
 		return false;
 	CommandCounterIncrement();
 
-	floor = attempt_floor(key);
+	floor = attempt_floor(key, true);
 	if (floor >= *attempt)
 	{
 		ItemPointerData tid = ra->slot->tts_tid;
