@@ -185,8 +185,8 @@ access_columns(Relation rel, const char *const *names, int n,
 
 /*
  * Apply rel's constraints to the row in slot: an error (23514, 23502) if
- * it breaks one.  The prepared expressions are kept in checks; a caller
- * clears checks->valid when rel's relcache entry is invalidated.
+ * it breaks one.  The prepared expressions are kept in checks, until
+ * access_invalidate clears checks->valid for an invalidation of rel.
  */
 void
 access_check_row(AccessChecks *checks, Relation rel, TupleTableSlot *slot)

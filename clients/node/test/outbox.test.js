@@ -227,7 +227,9 @@ test('url mode: a 404 is dead at once; a timeout and a refused connection are re
       const m = await message(refusedTopic, 'nobody');
       return m.last_error && m;
     }, 'the refused delivery recorded');
-    assert.equal(nobody.state, 'queued');
+    // retried, not dead: queued for its backoff, or already taken again by
+    // the dispatcher polling every 100 ms (the matrix's pg17 run saw leased)
+    assert.ok(['queued', 'leased'].includes(nobody.state), nobody.state);
     assert.match(nobody.last_error, /ECONNREFUSED/);
   } finally {
     await Promise.all([d.stop(), refused.stop()]);
