@@ -51,6 +51,15 @@
  * channel idem_outbox with the topic; PostgreSQL sends one notification
  * per channel and payload and transaction.
  *
+ * How long a finished message is kept is fixed by its enqueue, under the
+ * settings of the business transaction that a retry would repeat: an
+ * unfinished message's expires_at holds created_at plus that retention,
+ * and the finish dates it from finished_at instead.  A dispatcher's own
+ * idem.outbox_retention therefore never shortens it (the key purged before
+ * the business transaction's retry would enqueue, and send, it again).
+ * Only a message that 0.3.0's library enqueued has no expires_at; its
+ * finish applies the finishing session's settings, as 0.3.0 did.
+ *
  * Delivered and dead messages are deleted by the purge (outbox_purge_batch,
  * through SQL, FOR UPDATE SKIP LOCKED like the records' purge).  On Citus
  * the outbox is a table of the coordinator (idem_distribute() leaves it).
@@ -179,6 +188,9 @@ typedef struct Message
 	TimestampTz lease_expires_at;	/* DT_NOBEGIN when none */
 	TimestampTz created_at;
 	bool		has_ordering_key;
+	bool		finished;		/* finished_at is set */
+	int64		retention;		/* microseconds kept once finished; -1 if
+								 * not fixed at its enqueue */
 } Message;
 
 /*
@@ -293,6 +305,18 @@ deform_message(Outbox *ob, Message *m)
 	m->created_at = DatumGetTimestampTz(COLUMN(ob, O_CREATED_AT, &isnull));
 	(void) COLUMN(ob, O_ORDERING_KEY, &isnull);
 	m->has_ordering_key = !isnull;
+	d = COLUMN(ob, O_FINISHED_AT, &isnull);
+	m->finished = !isnull;
+	m->retention = -1;
+	if (!m->finished)
+		d = TimestampTzGetDatum(m->created_at);
+	{
+		TimestampTz since = DatumGetTimestampTz(d);
+
+		d = COLUMN(ob, O_EXPIRES_AT, &isnull);
+		if (!isnull)
+			m->retention = DatumGetTimestampTz(d) - since;
+	}
 	old = MemoryContextSwitchTo(ob->caller);
 	m->tenant = DatumGetTextPCopy(COLUMN(ob, O_TENANT, &isnull));
 	m->topic = DatumGetTextPCopy(COLUMN(ob, O_TOPIC, &isnull));
@@ -417,6 +441,36 @@ typedef struct NewMessage
 } NewMessage;
 
 /*
+ * idem.outbox_retention, checked where it is fixed (an enqueue, and the
+ * finish of a message 0.3.0's library enqueued): over the DBA's cap
+ * idem.max_retention it errors, and it must outlive the callers' retry
+ * window, or a business transaction retried after its message was purged
+ * would enqueue it, and send it, again.
+ */
+static void
+check_outbox_retention(void)
+{
+	if (idem_outbox_retention <= idem_retry_window)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idem.outbox_retention (%ds) must be longer than idem.retry_window (%ds)",
+						idem_outbox_retention, idem_retry_window),
+				 errdetail("A business transaction retried after its message was purged would send it again.")));
+	protocol_check_cap("enqueue", "retention", 0,
+					   (TimestampTz) idem_outbox_retention * USECS_PER_SEC,
+					   (int64) idem_max_retention * USECS_PER_SEC, NULL,
+					   "idem.outbox_retention", "idem.max_retention");
+}
+
+/* When a message finished (or, at its enqueue, created) at now is purged */
+static TimestampTz
+expiry(TimestampTz now)
+{
+	check_outbox_retention();
+	return now + (TimestampTz) idem_outbox_retention * USECS_PER_SEC;
+}
+
+/*
  * Insert the message unless its key exists.  The speculative insertion
  * comes first: most keys are new, and a duplicate costs a killed tuple.
  */
@@ -450,6 +504,8 @@ enqueue(Outbox *ob, const NewMessage *nm, Enqueued *out)
 			   false);
 	set_column(values, nulls, O_CREATED_AT, TimestampTzGetDatum(ob->now),
 			   false);
+	set_column(values, nulls, O_EXPIRES_AT,
+			   TimestampTzGetDatum(expiry(ob->now)), false);
 
 	for (;;)
 	{
@@ -542,36 +598,6 @@ held_back(Outbox *ob, const Message *m)
 	return found;
 }
 
-/*
- * idem.outbox_retention, checked where it is used (an enqueue, and the
- * finish that dates the expiry, whoever's settings are in force there):
- * over the DBA's cap idem.max_retention it errors, and it must outlive the
- * callers' retry window, or a business transaction retried after its
- * message was purged would enqueue it, and send it, again.
- */
-static void
-check_outbox_retention(void)
-{
-	if (idem_outbox_retention <= idem_retry_window)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idem.outbox_retention (%ds) must be longer than idem.retry_window (%ds)",
-						idem_outbox_retention, idem_retry_window),
-				 errdetail("A business transaction retried after its message was purged would send it again.")));
-	protocol_check_cap("enqueue", "retention", 0,
-					   (TimestampTz) idem_outbox_retention * USECS_PER_SEC,
-					   (int64) idem_max_retention * USECS_PER_SEC, NULL,
-					   "idem.outbox_retention", "idem.max_retention");
-}
-
-/* When a finished message is purged */
-static TimestampTz
-expiry(TimestampTz now)
-{
-	check_outbox_retention();
-	return now + (TimestampTz) idem_outbox_retention * USECS_PER_SEC;
-}
-
 /* Write m, locked, as finished in state s (delivered or dead) */
 static void
 finish_row(Outbox *ob, const Message *m, MessageState s, const char *error,
@@ -593,7 +619,9 @@ finish_row(Outbox *ob, const Message *m, MessageState s, const char *error,
 	set_column(values, nulls, O_FINISHED_AT, TimestampTzGetDatum(ob->now),
 			   false);
 	set_column(values, nulls, O_EXPIRES_AT,
-			   TimestampTzGetDatum(expiry(ob->now)), false);
+			   TimestampTzGetDatum(m->retention >= 0 ?
+								   ob->now + m->retention : expiry(ob->now)),
+			   false);
 	update_row(ob, (ItemPointer) &m->tid, values, nulls);
 }
 
@@ -763,7 +791,11 @@ lock_by_id(Outbox *ob, int64 id, Message *m)
 		if (result != TM_Ok)
 			elog(ERROR, "unexpected table_tuple_lock status: %u", result);
 		deform_message(ob, m);
+		/* the binding is the caller's, not the table owner's */
+		SetUserIdAndSecContext(ob->caller_userid, ob->caller_sec_context);
 		tenant_check(m->tenant);
+		SetUserIdAndSecContext(outbox_table.owner,
+							   ob->caller_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 		/* the wait may have been long: date what is written after it */
 		ob->now = GetCurrentTimestamp();
 		return true;
@@ -960,7 +992,6 @@ enqueue_call(FunctionCallInfo fcinfo, bool jsonb)
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE ||
 		desc->natts != 4)
 		elog(ERROR, "incorrect number of output arguments");
-	check_outbox_retention();
 
 	outbox_open(&ob, true);
 	enqueue(&ob, &nm, &out);
@@ -1115,7 +1146,9 @@ idem_requeue(PG_FUNCTION_ARGS)
 	set_column(values, nulls, O_ATTEMPT_BASE, Int32GetDatum(m.attempt), false);
 	set_column(values, nulls, O_NOT_BEFORE, TimestampTzGetDatum(ob.now), false);
 	set_column(values, nulls, O_FINISHED_AT, (Datum) 0, true);
-	set_column(values, nulls, O_EXPIRES_AT, (Datum) 0, true);
+	set_column(values, nulls, O_EXPIRES_AT,
+			   TimestampTzGetDatum(m.created_at + m.retention),
+			   m.retention < 0);
 	update_row(&ob, &m.tid, values, nulls);
 	Async_Notify(OUTBOX_CHANNEL, text_to_cstring(m.topic));
 	outbox_close(&ob);
@@ -1165,7 +1198,9 @@ idem_message(PG_FUNCTION_ARGS)
 			row[4 + i] = COLUMN(&ob, copied[i], &nulls[4 + i]);
 		row[7] = TimestampTzGetDatum(m.created_at);
 		row[8] = COLUMN(&ob, O_FINISHED_AT, &nulls[8]);
+		/* an unfinished message's expires_at is its retention's anchor */
 		row[9] = COLUMN(&ob, O_EXPIRES_AT, &nulls[9]);
+		nulls[9] = nulls[9] || !m.finished;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
 	}
 	index_endscan(scan);

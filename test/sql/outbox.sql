@@ -44,7 +44,7 @@ SELECT convert_from(payload, 'UTF8') FROM idem_outbox WHERE key = 'sp';
 SELECT outcome FROM idem_enqueue('acme', 'hooks', 'h1', 'body'::bytea,
 	headers => '{"Content-Type": "application/json", "X-Tag": ["a", "b"]}');
 SELECT state, attempt, headers, redeliver, max_attempts, ordering_key IS NULL AS no_ordering_key,
-	   not_before = created_at AS due_now, finished_at IS NULL AS unfinished, expires_at IS NULL AS no_expiry
+	   not_before = created_at AS due_now, finished_at IS NULL AS unfinished, expires_at - created_at AS retention
   FROM idem_outbox WHERE key = 'h1';
 
 -- take: leases due messages, oldest due first, attempt 1, the lease's end;
@@ -250,11 +250,25 @@ SELECT outcome FROM idem_enqueue('acme', 'caps', 'c1', 'x'::bytea);
 SET idem.outbox_retention = '2h';
 SELECT id AS c1 FROM idem_enqueue('acme', 'caps', 'c1', 'x'::bytea) \gset
 SELECT attempt FROM idem_take('caps', lease => '30 s');
--- the finish dates the expiry: the finisher's setting is held to the cap too
-SET idem.outbox_retention = '30d';
+-- the enqueue fixes the retention: a finisher's own settings change nothing
+-- (a shorter retention would let the business transaction's retry send the
+-- message again), and only a finished message shows its expiry
+SELECT expires_at IS NULL AS unfinished FROM idem_message('acme', 'caps', 'c1');
+SET idem.retry_window = '1s';
+SET idem.outbox_retention = '2s';
 SELECT idem_delivered(:c1, 1);
+SELECT expires_at - finished_at AS kept FROM idem_message('acme', 'caps', 'c1');
+RESET idem.retry_window;
+-- a dead message queued again keeps its enqueue's retention
 SET idem.outbox_retention = '2h';
-SELECT idem_delivered(:c1, 1);
+SELECT id AS c3 FROM idem_enqueue('acme', 'caps', 'c3', 'x'::bytea) \gset
+SELECT attempt FROM idem_take('caps', lease => '30 s');
+SELECT idem_dead(:c3, 1);
+SET idem.outbox_retention = '3h';
+SELECT idem_requeue(:c3);
+SELECT attempt FROM idem_take('caps', lease => '30 s');
+SELECT idem_delivered(:c3, 2);
+SELECT expires_at - finished_at AS kept FROM idem_message('acme', 'caps', 'c3');
 -- the retention must outlive the callers' retry window
 SET idem.outbox_retention = '1h';
 SELECT outcome FROM idem_enqueue('acme', 'caps', 'c2', 'x'::bytea);
@@ -354,8 +368,39 @@ SELECT topic, queued, leased FROM idem_outbox_stats WHERE topic = 'bound';
 UPDATE idem_outbox SET state = 'dead';
 RESET ROLE;
 SELECT key, state FROM idem_outbox ORDER BY key;
--- an unbound role takes every tenant's messages
+-- the binding is the caller's, checked before the finish switches to the
+-- table's owner: a security definer function of a bound role finishes no
+-- other tenant's message, whoever calls it
+GRANT EXECUTE ON FUNCTION idem_requeue(bigint) TO outbox_acme;
+CREATE FUNCTION public.finish_as_acme(how text, id bigint) RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER SET search_path = public AS $$
+BEGIN
+	CASE how
+	WHEN 'delivered' THEN PERFORM idem_delivered(id, 1);
+	WHEN 'retry' THEN PERFORM idem_retry(id, 1);
+	WHEN 'dead' THEN PERFORM idem_dead(id, 1);
+	WHEN 'requeue' THEN PERFORM idem_requeue(id);
+	END CASE;
+	RETURN how;
+END $$;
+ALTER FUNCTION public.finish_as_acme(text, bigint) OWNER TO outbox_acme;
+SELECT public.finish_as_acme('delivered', :g1);
+SELECT public.finish_as_acme('retry', :g1);
+SELECT public.finish_as_acme('dead', :g1);
+SELECT public.finish_as_acme('requeue', :g1);
+DROP FUNCTION public.finish_as_acme(text, bigint);
+REVOKE EXECUTE ON FUNCTION idem_requeue(bigint) FROM outbox_acme;
+-- and under idem.require_binding an unbound role finishes nothing
 GRANT EXECUTE ON FUNCTION idem_requeue(bigint) TO outbox_free;
+SET idem.require_binding = on;
+SET ROLE outbox_free;
+SELECT idem_delivered(:g1, 1);
+SELECT idem_retry(:g1, 1);
+SELECT idem_dead(:g1, 1);
+SELECT idem_requeue(:g1);
+RESET ROLE;
+RESET idem.require_binding;
+-- an unbound role takes every tenant's messages
 SET ROLE outbox_free;
 SELECT tenant, key, attempt FROM idem_take('bound', 10) ORDER BY key;
 SELECT idem_dead(:g1, 1);
