@@ -37,18 +37,25 @@
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_index.h"
 #include "commands/defrem.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "nodes/readfuncs.h"
 #include "storage/lmgr.h"
 #include "storage/sinval.h"
+#include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "access.h"
 #include "compat.h"
+#include "settings.h"
 #include "tenant.h"
 
 
@@ -70,18 +77,141 @@ access_table(const char *name, Oid schema)
 	return table;
 }
 
-/* The OID of index name of table, in schema; an error if there is none */
-Oid
-access_index_of(const char *name, Oid schema, Oid table)
+/* Whether index irel of table has the shape idem relies on */
+static bool
+index_has_shape(Relation irel, const AccessIndex *shape, Oid table)
 {
-	Oid			index = get_relname_relid(name, schema);
+	Form_pg_index ix = irel->rd_index;
+	int			n = 0;
+	bool		isnull;
+	Datum		pred;
+	int			nestlevel;
+	char	   *shown;
+
+	while (n < ACCESS_INDEX_MAX_COLUMNS && shape->columns[n] != NULL)
+		n++;
+	if (irel->rd_rel->relam != BTREE_AM_OID ||
+		ix->indisunique != shape->unique || ix->indisexclusion ||
+		(shape->unique && !ix->indimmediate) ||
+		ix->indnatts != n || ix->indnkeyatts != n ||
+		!heap_attisnull(irel->rd_indextuple, Anum_pg_index_indexprs, NULL))
+		return false;
+	for (int i = 0; i < n; i++)
+	{
+		AttrNumber	attnum = get_attnum(table, shape->columns[i]);
+		Oid			type;
+		int32		typmod;
+		Oid			collation;
+
+		if (attnum == InvalidAttrNumber || ix->indkey.values[i] != attnum ||
+			irel->rd_indoption[i] != 0)
+			return false;
+		get_atttypetypmodcoll(table, attnum, &type, &typmod, &collation);
+		if (irel->rd_indcollation[i] != collation)
+			return false;
+	}
+	pred = SysCacheGetAttr(INDEXRELID, irel->rd_indextuple,
+						   Anum_pg_index_indpred, &isnull);
+	if (isnull || shape->predicate == NULL)
+		return isnull && shape->predicate == NULL;
+
+	/*
+	 * Compared as pg_get_expr() shows it, under a path on which the types
+	 * it names need no schema, whatever the caller's path holds
+	 */
+	nestlevel = settings_pin_search_path(InvalidOid);
+	shown = deparse_expression(stringToNode(TextDatumGetCString(pred)),
+							   deparse_context_for(get_rel_name(table), table),
+							   false, false);
+	AtEOXact_GUC(true, nestlevel);
+	return strcmp(shown, shape->predicate) == 0;
+}
+
+/*
+ * The OID of the index that shape describes, of table, in schema: an error
+ * if there is none, or if it has another shape.  A unique index on other
+ * columns (or in another order, or without UNIQUE) would let the probe find
+ * another tenant's record, or two claims of one key both insert; a scan
+ * that reads the index's columns by position would read the wrong ones.
+ */
+Oid
+access_index_of(const AccessIndex *shape, Oid schema, Oid table)
+{
+	Oid			index = get_relname_relid(shape->name, schema);
+	Relation	irel;
+	bool		ok;
 
 	if (!OidIsValid(index) || IndexGetRelation(index, true) != table)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("index \"%s\" of extension \"idem\" does not exist in this database",
-						name)));
+						shape->name)));
+	irel = index_open(index, AccessShareLock);
+	ok = index_has_shape(irel, shape, table);
+	index_close(irel, AccessShareLock);
+	if (!ok)
+	{
+		StringInfoData def;
+
+		initStringInfo(&def);
+		appendStringInfo(&def, "CREATE %sINDEX %s ON %s (",
+						 shape->unique ? "UNIQUE " : "", shape->name,
+						 get_rel_name(table));
+		for (int i = 0; i < ACCESS_INDEX_MAX_COLUMNS && shape->columns[i]; i++)
+			appendStringInfo(&def, "%s%s", i > 0 ? ", " : "",
+							 shape->columns[i]);
+		appendStringInfoChar(&def, ')');
+		if (shape->predicate != NULL)
+			appendStringInfo(&def, " WHERE %s", shape->predicate);
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("index \"%s\" of extension \"idem\" is not defined as idem requires",
+						shape->name),
+				 errdetail("idem requires %s.", def.data),
+				 errhint("Drop the index and create it again as the detail shows.")));
+	}
 	return index;
+}
+
+/*
+ * The arbiters of a speculative insertion into the table of rri (its
+ * indexes opened): every unique index on exactly the n columns attnums,
+ * as infer_arbiter_indexes() picks them for ON CONFLICT (columns), valid or
+ * not.  REINDEX CONCURRENTLY builds a second unique index (its name ends in
+ * _ccnew), which takes entries and checks uniqueness before it is valid,
+ * and after the swap retires the old one (_ccold), which takes entries
+ * until it is dead; a unique index that is not an arbiter waits for a
+ * concurrent inserter of the key and then fails with a unique violation,
+ * where the caller must probe again.  An index not ready for entries is
+ * skipped by ExecInsertIndexTuples.
+ */
+List *
+access_arbiters(ResultRelInfo *rri, const AttrNumber *attnums, int n)
+{
+	List	   *arbiters = NIL;
+
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+	{
+		Form_pg_index index = rri->ri_IndexRelationDescs[i]->rd_index;
+		IndexInfo  *info = rri->ri_IndexRelationInfo[i];
+		bool		on_key = true;
+
+		if (!index->indisunique || index->indisexclusion ||
+			!index->indimmediate || info->ii_Expressions != NIL ||
+			info->ii_Predicate != NIL || info->ii_NumIndexKeyAttrs != n)
+			continue;
+		for (int c = 0; c < n; c++)
+		{
+			bool		found = false;
+
+			for (int k = 0; k < info->ii_NumIndexKeyAttrs; k++)
+				found |= info->ii_IndexAttrNumbers[k] == attnums[c];
+			on_key &= found;
+		}
+		if (on_key)
+			arbiters = lappend_oid(arbiters, index->indexrelid);
+	}
+	return arbiters;
 }
 
 /* Direct access reads heap tuples: refuse a table of another access method */
@@ -155,6 +285,30 @@ access_relation(AccessTable *t)
 	}
 	t->valid = true;
 	return t->relid;
+}
+
+/*
+ * Open t's table (other: the one other table looked up with it) with
+ * lockmode, and look it up again if taking the lock processed an
+ * invalidation of it: what the room then reads of the look-up (its
+ * indexes' OIDs) is as of after the lock, which keeps them from being
+ * dropped (REINDEX CONCURRENTLY waits for the table's lockers first).
+ */
+Relation
+access_open(AccessTable *t, bool other, LOCKMODE lockmode)
+{
+	for (;;)
+	{
+		Oid			relid;
+		Relation	rel;
+
+		(void) access_relation(t);
+		relid = other ? t->other : t->relid;
+		rel = table_open(relid, lockmode);
+		if (t->valid && relid == (other ? t->other : t->relid))
+			return rel;
+		table_close(rel, NoLock);
+	}
 }
 
 /* The attribute numbers of the n columns names of rel; an error for one missing */

@@ -71,9 +71,30 @@ access_set_column(const AccessTable *t, Datum *values, bool *nulls, int c,
 	nulls[t->attnum[c] - 1] = isnull;
 }
 
+/* The most key columns of an index of idem's */
+#define ACCESS_INDEX_MAX_COLUMNS	4
+
+/*
+ * An index of idem's as the install script makes it, which the room that
+ * reads or writes it directly relies on: a B-tree on the columns named, in
+ * that order, ascending, in the columns' collations, unique or not, with no
+ * expression, and with the predicate given (as pg_get_expr() shows it) or
+ * none.  An index of another shape is refused where it is looked up.
+ */
+typedef struct AccessIndex
+{
+	const char *name;
+	bool		unique;
+	const char *columns[ACCESS_INDEX_MAX_COLUMNS];	/* up to the first NULL */
+	const char *predicate;
+} AccessIndex;
+
 extern Oid	access_relation(AccessTable *t);
+extern Relation access_open(AccessTable *t, bool other, LOCKMODE lockmode);
 extern Oid	access_table(const char *name, Oid schema);
-extern Oid	access_index_of(const char *name, Oid schema, Oid table);
+extern Oid	access_index_of(const AccessIndex *shape, Oid schema, Oid table);
+extern List *access_arbiters(ResultRelInfo *rri, const AttrNumber *attnums,
+							 int n);
 extern void access_require_heap(Oid relid);
 extern void access_check_row(AccessChecks *checks, Relation rel,
 							 TupleTableSlot *slot);

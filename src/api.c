@@ -148,6 +148,7 @@ check_body_size(const char *what, bytea *body)
 	Size		limit = (Size) idem_max_body_size * 1024;
 	Size		size = VARSIZE_ANY_EXHDR(body);
 
+	settings_require_readable();
 	if (size > limit)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -167,6 +168,7 @@ check_response_size(bytea *body, Jsonb *headers)
 	Size		body_size = body != NULL ? VARSIZE_ANY_EXHDR(body) : 0;
 	Size		headers_size = headers != NULL ? VARSIZE_ANY_EXHDR(headers) : 0;
 
+	settings_require_readable();
 	if (body_size > limit)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),

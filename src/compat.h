@@ -168,4 +168,21 @@ idem_simple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot,
 #endif
 }
 
+/*
+ * Every configuration variable, placeholders included (16 returns a
+ * palloc'd array and counts it; 15 hands out its own array)
+ */
+#include "utils/guc_tables.h"
+
+static inline struct config_generic **
+idem_guc_variables(int *n)
+{
+#if PG_VERSION_NUM >= 160000
+	return get_guc_variables(n);
+#else
+	*n = GetNumConfigOptions();
+	return get_guc_variables();
+#endif
+}
+
 #endif							/* IDEM_COMPAT_H */

@@ -135,12 +135,25 @@ IDEM_NAMED_ENUM(OutboxColumn, OUTBOX_COLUMNS, NUM_OUTBOX_COLUMNS, column_names);
 
 IDEM_NAMED_ENUM(MessageState, MESSAGE_STATES, NUM_MESSAGE_STATES, state_names);
 
-/* The indexes of idem_outbox, by name */
-#define OUTBOX_INDEXES(X) \
-	X(I_PKEY, idem_outbox_pkey) X(I_KEY, idem_outbox_key) \
-	X(I_DUE, idem_outbox_due) X(I_ORDER, idem_outbox_order)
+/* The indexes of idem_outbox that calls read, as the install script makes them */
+typedef enum OutboxIndex
+{
+	I_PKEY,
+	I_KEY,
+	I_DUE,
+	I_ORDER,
+	NUM_OUTBOX_INDEXES
+} OutboxIndex;
 
-IDEM_NAMED_ENUM(OutboxIndex, OUTBOX_INDEXES, NUM_OUTBOX_INDEXES, index_names);
+static const AccessIndex index_shapes[NUM_OUTBOX_INDEXES] = {
+	[I_PKEY] = {"idem_outbox_pkey", true, {"id"}},
+	[I_KEY] = {"idem_outbox_key", true, {"tenant", "topic", "key"}},
+	[I_DUE] = {"idem_outbox_due", false, {"topic", "not_before", "id"},
+	"(state = ANY (ARRAY['queued'::text, 'leased'::text]))"},
+	[I_ORDER] = {"idem_outbox_order", false,
+		{"tenant", "topic", "ordering_key", "id"},
+	"((ordering_key IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'leased'::text, 'unknown'::text])))"},
+};
 
 
 /* What the look-up of idem_outbox finds with it (look_up_rest) */
@@ -207,7 +220,7 @@ look_up_rest(AccessTable *t, Oid schema)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("sequence \"idem_outbox_id_seq\" of extension \"idem\" does not exist in this database")));
 	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
-		tables.index[i] = access_index_of(index_names[i], schema, t->relid);
+		tables.index[i] = access_index_of(&index_shapes[i], schema, t->relid);
 }
 
 /* idem_outbox's OID, for subscription.c */
@@ -234,8 +247,8 @@ outbox_open(Outbox *ob, bool write)
 	GetUserIdAndSecContext(&ob->caller_userid, &ob->caller_sec_context);
 	SetUserIdAndSecContext(outbox_table.owner,
 						   ob->caller_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	ob->rel = table_open(outbox_table.relid,
-						 write ? RowExclusiveLock : AccessShareLock);
+	ob->rel = access_open(&outbox_table, false,
+						  write ? RowExclusiveLock : AccessShareLock);
 	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
 		ob->index[i] = index_open(tables.index[i], AccessShareLock);
 	ob->slot = table_slot_create(ob->rel, NULL);
@@ -245,7 +258,7 @@ outbox_open(Outbox *ob, bool write)
 		ob->rri = makeNode(ResultRelInfo);
 		InitResultRelInfo(ob->rri, ob->rel, 0, NULL, 0);
 		ExecOpenIndices(ob->rri, true);
-		ob->arbiters = list_make1_oid(tables.index[I_KEY]);
+		ob->arbiters = access_arbiters(ob->rri, &outbox_table.attnum[O_TENANT], 3);
 	}
 	ob->now = GetCurrentTimestamp();
 }

@@ -292,6 +292,7 @@ protocol_check_cap(const char *who, const char *what, TimestampTz now,
 				   TimestampTz end, int64 cap_us, Interval *given,
 				   const char *setting, const char *cap_setting)
 {
+	settings_require_readable();
 	if (cap_us <= 0 || (!TIMESTAMP_IS_NOEND(end) && end - now <= cap_us))
 		return;
 	ereport(ERROR,
@@ -594,6 +595,7 @@ protocol_claim(ProtocolBatch *batch, const IdemKey *key,
 	claim(batch != NULL ? batch->records : NULL, key, fp, wait, lease,
 		  retention, wait_timeout, answer);
 	stats_count_claim(answer->outcome);
+	settings_require_readable();
 	if (idem_log_outcomes)
 		log_claim(key, answer);
 }

@@ -53,7 +53,7 @@
  *   therefore never both insert a key
  *   (test/isolation/specs/claim-specconflict.spec holds both claims
  *   between their probe and their insertion).  The arbiters include the
- *   indexes that REINDEX CONCURRENTLY builds and retires (key_arbiters),
+ *   indexes that REINDEX CONCURRENTLY builds and retires (access_arbiters),
  *   which check uniqueness too; the probe needs only idem_record_key, which
  *   has an entry for every live version.
  * - A re-claim and a finish lock the probed version (access_lock_row: it
@@ -142,6 +142,12 @@ static RecordTables tables;
 
 static void look_up_rest(AccessTable *t, Oid schema);
 
+/* The indexes the direct way reads, as the install script makes them */
+static const AccessIndex key_index =
+{"idem_record_key", true, {"tenant", "endpoint", "key"}};
+static const AccessIndex floor_index =
+{"idem_attempt_floor_pkey", true, {"bucket"}};
+
 static AccessTable record_table =
 	ACCESS_TABLE("idem_record", column_names, look_up_rest);
 
@@ -163,9 +169,8 @@ look_up_rest(AccessTable *t, Oid schema)
 	if (!tables.distributed)
 		access_require_heap(t->relid);
 	t->other = access_table("idem_attempt_floor", schema);
-	tables.key_index = access_index_of("idem_record_key", schema, t->relid);
-	tables.floor_index = access_index_of("idem_attempt_floor_pkey", schema,
-										 t->other);
+	tables.key_index = access_index_of(&key_index, schema, t->relid);
+	tables.floor_index = access_index_of(&floor_index, schema, t->other);
 }
 
 /*
@@ -469,7 +474,7 @@ attempt_floor(const IdemKey *key, bool exact)
 	Snapshot	snapshot;
 	int32		result = 0;
 
-	floor = table_open(record_table.other, AccessShareLock);
+	floor = access_open(&record_table, true, AccessShareLock);
 	index = index_open(tables.floor_index, AccessShareLock);
 	slot = table_slot_create(floor, NULL);
 	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT4EQ,
@@ -529,7 +534,7 @@ record_hold_floor(const int32 *buckets, int n, bool *held)
 	ResultRelInfo *rri = NULL;
 	SnapshotData dirty;
 
-	floor = table_open(record_table.other, RowExclusiveLock);
+	floor = access_open(&record_table, true, RowExclusiveLock);
 	index = index_open(tables.floor_index, RowExclusiveLock);
 	slot = table_slot_create(floor, NULL);
 	InitDirtySnapshot(dirty);
@@ -602,7 +607,7 @@ record_hold_floor(const int32 *buckets, int n, bool *held)
 static void
 direct_open(RecordAccess *ra)
 {
-	ra->rel = table_open(record_table.relid, AccessShareLock);
+	ra->rel = access_open(&record_table, false, AccessShareLock);
 	ra->key_index = index_open(tables.key_index, AccessShareLock);
 	ra->slot = table_slot_create(ra->rel, NULL);
 }
@@ -623,48 +628,6 @@ direct_close(RecordAccess *ra)
 }
 
 /*
- * The arbiters of a claim's speculative insertion among the indexes that
- * rri opened: every unique index on exactly the key columns, as
- * infer_arbiter_indexes() picks them for ON CONFLICT (tenant, endpoint,
- * key), valid or not.  REINDEX CONCURRENTLY builds a second unique index
- * (idem_record_key_ccnew), which takes entries and checks uniqueness before
- * it is valid, and after the swap retires the old one
- * (idem_record_key_ccold), which takes entries until it is dead; a unique
- * index that is not an arbiter waits for a concurrent inserter of the key
- * and then fails with a unique violation, where a claim must probe again
- * and answer in_progress.  An index not ready for entries is skipped by
- * ExecInsertIndexTuples.
- */
-static List *
-key_arbiters(ResultRelInfo *rri)
-{
-	List	   *arbiters = NIL;
-
-	for (int i = 0; i < rri->ri_NumIndices; i++)
-	{
-		Form_pg_index index = rri->ri_IndexRelationDescs[i]->rd_index;
-		IndexInfo  *info = rri->ri_IndexRelationInfo[i];
-		bool		on_key = true;
-
-		if (!index->indisunique || index->indisexclusion ||
-			!index->indimmediate || info->ii_Expressions != NIL ||
-			info->ii_Predicate != NIL || info->ii_NumIndexKeyAttrs != 3)
-			continue;
-		for (int c = C_TENANT; c <= C_KEY; c++)
-		{
-			bool		found = false;
-
-			for (int k = 0; k < info->ii_NumIndexKeyAttrs; k++)
-				found |= info->ii_IndexAttrNumbers[k] == record_table.attnum[c];
-			on_key &= found;
-		}
-		if (on_key)
-			arbiters = lappend_oid(arbiters, index->indexrelid);
-	}
-	return arbiters;
-}
-
-/*
  * Set up for writing: RowExclusiveLock on the table and its indexes, and
  * the executor state that maintaining the indexes needs, which lives as
  * long as the bracket (a batch's, across its elements).
@@ -682,7 +645,7 @@ direct_prepare_write(RecordAccess *ra)
 	ra->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(ra->rri, ra->rel, 0, NULL, 0);
 	ExecOpenIndices(ra->rri, true);
-	ra->arbiters = key_arbiters(ra->rri);
+	ra->arbiters = access_arbiters(ra->rri, &record_table.attnum[C_TENANT], 3);
 	MemoryContextSwitchTo(old);
 }
 

@@ -18,6 +18,19 @@
  *   other setting's value is read from postgresql.conf and
  *   postgresql.auto.conf, as the next reload or restart will read it.
  *
+ * A superuser-only setting (a cap, the binding requirement, the body limit,
+ * the decision log) binds every session, preloaded or not.  When idem is
+ * loaded only by a session's first call, its settings are placeholders
+ * until then, and a value a client gave at connection (or a role's or
+ * database's setting, or a SET) of a role that may not set them replaces
+ * the configuration file's; defining the variable then refuses that value
+ * with a WARNING and falls back to the built-in default, which is no cap.
+ * settings_init notices a value so refused, where the configured one is
+ * lost with it, and every call that reads that setting then refuses to run
+ * (settings_require_readable): a cap the library cannot read is no cap
+ * lifted.  Preloaded, the variables exist before any client value, which
+ * core then checks as it checks its own.
+ *
  * It also pins search_path around the SQL that idem's C code runs
  * (settings_pin_search_path).
  *
@@ -31,6 +44,7 @@
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
@@ -61,9 +75,91 @@ int			idem_outbox_backoff_max = 60 * 60 * 1000;
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
+/* A superuser-only setting whose configured value was lost, if any */
+static char *unreadable = NULL;
+
+/* A placeholder of idem's, as it stood before the variables were defined */
+typedef struct Placeholder
+{
+	char	   *name;
+	GucSource	source;
+	GucSource	reset_source;
+} Placeholder;
+
+/* The placeholders of idem's settings that hold a value, into *n */
+static Placeholder *
+placeholders(int *n)
+{
+	int			nvars;
+	struct config_generic **vars = idem_guc_variables(&nvars);
+	Placeholder *found = palloc(sizeof(Placeholder) * Max(nvars, 1));
+
+	*n = 0;
+	for (int i = 0; i < nvars; i++)
+		if ((vars[i]->flags & GUC_CUSTOM_PLACEHOLDER) &&
+			pg_strncasecmp(vars[i]->name, "idem.", 5) == 0 &&
+			(vars[i]->source != PGC_S_DEFAULT ||
+			 vars[i]->reset_source != PGC_S_DEFAULT))
+		{
+			found[*n].name = pstrdup(vars[i]->name);
+			found[*n].source = vars[i]->source;
+			found[*n].reset_source = vars[i]->reset_source;
+			(*n)++;
+		}
+	return found;
+}
+
+/*
+ * After the variables are defined: a superuser-only one whose placeholder
+ * held a value (its current or its reset value) and that now holds none of
+ * that source lost it to a refusal, and with it whatever the configuration
+ * files said.
+ */
+static void
+notice_refused(const Placeholder *held, int n)
+{
+	int			nvars;
+	struct config_generic **vars = idem_guc_variables(&nvars);
+
+	for (int i = 0; i < nvars && unreadable == NULL; i++)
+	{
+		if (vars[i]->context != PGC_SUSET ||
+			pg_strncasecmp(vars[i]->name, "idem.", 5) != 0)
+			continue;
+		for (int p = 0; p < n; p++)
+			if (pg_strcasecmp(held[p].name, vars[i]->name) == 0 &&
+				((held[p].reset_source != PGC_S_DEFAULT &&
+				  vars[i]->reset_source == PGC_S_DEFAULT) ||
+				 (held[p].source != PGC_S_DEFAULT &&
+				  vars[i]->source == PGC_S_DEFAULT)))
+				unreadable = MemoryContextStrdup(TopMemoryContext,
+												 vars[i]->name);
+	}
+}
+
+/*
+ * Refuse to run while a superuser-only setting's configured value is
+ * unknown (see the file's header)
+ */
+void
+settings_require_readable(void)
+{
+	if (unlikely(unreadable != NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("idem cannot read the configured value of \"%s\"", unreadable),
+				 errdetail("A value given by a role that may not set \"%s\" (a connection option, a role or database setting, or SET) replaced it before idem was loaded, and was refused.",
+						   unreadable),
+				 errhint("Set \"%s\" only as a superuser, or add idem to shared_preload_libraries.",
+						 unreadable)));
+}
+
 void
 settings_init(void)
 {
+	int			nheld;
+	Placeholder *held = placeholders(&nheld);
+
 	DefineCustomIntVariable("idem.retention",
 							"How long a record is remembered after its claim.",
 							"Must be longer than idem.retry_window.",
@@ -198,6 +294,8 @@ settings_init(void)
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	notice_refused(held, nheld);
 
 	/*
 	 * Reserving the prefix also removes idem.tenant, the binding setting of

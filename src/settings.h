@@ -27,6 +27,7 @@ extern int	idem_outbox_max_attempts;
 extern int	idem_outbox_backoff;	/* milliseconds */
 extern int	idem_outbox_backoff_max;	/* milliseconds */
 extern void settings_init(void);
+extern void settings_require_readable(void);
 extern void settings_check_retention_rule(int elevel);
 extern void settings_guard_alter_system(void);
 extern int	settings_pin_search_path(Oid schema);

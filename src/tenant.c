@@ -448,6 +448,7 @@ current_restriction(const char *tenant)
 	Oid			roles[3];
 	Restriction r;
 
+	settings_require_readable();
 	r.restricted = false;
 	r.by_role = InvalidOid;
 	roles[0] = GetSessionUserId();

@@ -1,0 +1,77 @@
+--
+-- shape.sql: an index of idem's tables that a superuser rebuilt with
+-- another definition is refused where it is looked up, naming the index
+-- and the definition idem requires; as the install script makes it, it
+-- serves again
+--
+CREATE EXTENSION idem;
+\set VERBOSITY default
+SELECT outcome FROM idem_claim('globex', 'pay', 'acme');
+SELECT outcome FROM idem_enqueue('acme', 'mail', 'm1', 'x'::bytea);
+
+-- the key index with its columns in another order: a probe by position
+-- would find another tenant's record
+DROP INDEX idem_record_key;
+CREATE UNIQUE INDEX idem_record_key ON idem_record (key, endpoint, tenant);
+SELECT outcome FROM idem_claim('acme', 'pay', 'globex');
+SELECT outcome FROM idem_replay('acme', 'pay', 'globex');
+-- not unique: two claims of one key would both insert
+DROP INDEX idem_record_key;
+CREATE INDEX idem_record_key ON idem_record (tenant, endpoint, key);
+SELECT outcome FROM idem_claim('acme', 'pay', 'k');
+-- with a predicate
+DROP INDEX idem_record_key;
+CREATE UNIQUE INDEX idem_record_key ON idem_record (tenant, endpoint, key)
+	WHERE state <> 'failed';
+SELECT outcome FROM idem_claim('acme', 'pay', 'k');
+-- descending
+DROP INDEX idem_record_key;
+CREATE UNIQUE INDEX idem_record_key ON idem_record (tenant, endpoint, key DESC);
+SELECT outcome FROM idem_claim('acme', 'pay', 'k');
+-- as the install script makes it
+DROP INDEX idem_record_key;
+CREATE UNIQUE INDEX idem_record_key ON idem_record (tenant, endpoint, key);
+SELECT outcome FROM idem_claim('acme', 'pay', 'globex');
+SELECT outcome FROM idem_claim('globex', 'pay', 'acme');
+
+-- the fencing floor's key
+ALTER TABLE idem_attempt_floor DROP CONSTRAINT idem_attempt_floor_pkey;
+CREATE INDEX idem_attempt_floor_pkey ON idem_attempt_floor (bucket);
+SELECT outcome FROM idem_claim('acme', 'pay', 'k2');
+DROP INDEX idem_attempt_floor_pkey;
+ALTER TABLE idem_attempt_floor ADD CONSTRAINT idem_attempt_floor_pkey PRIMARY KEY (bucket);
+SELECT outcome FROM idem_claim('acme', 'pay', 'k2');
+
+-- the outbox's key index in another order would mix tenants' messages
+DROP INDEX idem_outbox_key;
+CREATE UNIQUE INDEX idem_outbox_key ON idem_outbox (tenant, key, topic);
+SELECT outcome FROM idem_enqueue('acme', 'mail', 'm2', 'x'::bytea);
+DROP INDEX idem_outbox_key;
+CREATE UNIQUE INDEX idem_outbox_key ON idem_outbox (tenant, topic, key);
+-- the take's index in another order, or without its predicate
+DROP INDEX idem_outbox_due;
+CREATE INDEX idem_outbox_due ON idem_outbox (not_before, topic, id)
+	WHERE state IN ('queued', 'leased');
+SELECT count(*) FROM idem_take('mail', 10);
+DROP INDEX idem_outbox_due;
+CREATE INDEX idem_outbox_due ON idem_outbox (topic, not_before, id);
+SELECT count(*) FROM idem_take('mail', 10);
+DROP INDEX idem_outbox_due;
+CREATE INDEX idem_outbox_due ON idem_outbox (topic, not_before, id)
+	WHERE state IN ('queued', 'leased', 'dead');
+SELECT count(*) FROM idem_take('mail', 10);
+DROP INDEX idem_outbox_due;
+CREATE INDEX idem_outbox_due ON idem_outbox (topic, not_before, id)
+	WHERE state IN ('queued', 'leased');
+-- the ordering key's index with an expression
+DROP INDEX idem_outbox_order;
+CREATE INDEX idem_outbox_order ON idem_outbox (tenant, topic, lower(ordering_key), id)
+	WHERE ordering_key IS NOT NULL AND state IN ('queued', 'leased', 'unknown');
+SELECT outcome FROM idem_enqueue('acme', 'mail', 'm2', 'x'::bytea);
+DROP INDEX idem_outbox_order;
+CREATE INDEX idem_outbox_order ON idem_outbox (tenant, topic, ordering_key, id)
+	WHERE ordering_key IS NOT NULL AND state IN ('queued', 'leased', 'unknown');
+SELECT outcome FROM idem_enqueue('acme', 'mail', 'm2', 'x'::bytea);
+SELECT key, attempt FROM idem_take('mail', 10) ORDER BY key;
+
+DROP EXTENSION idem;
