@@ -34,10 +34,18 @@
  * owner needs in order to finish the claim (a row that the owner's
  * finishing transaction updates): the owner then waits for the waiter,
  * which waits for the owner, and no deadlock detector can see the cycle.
- * So lock_timeout bounds the wait as it bounds a lock wait, counted from
- * the claim's first sleep, and ends it with the error that a lock wait
- * gets (55P03): the waiter's transaction then lets its locks go.  Nothing
- * bounds it without lock_timeout but the lease, wait_timeout and
+ * So the waiter does what the detector would: once it has slept
+ * deadlock_timeout, and again after each further deadlock_timeout, it
+ * looks whether any other process waits for a lock that its transaction
+ * holds, and if one does, it fails with the error of a deadlock (40P01),
+ * naming that process, and its transaction lets its locks go.  Which
+ * process would finish the claim cannot be known (any session may), so a
+ * waiter that holds up another transaction's lock wait gives up even when
+ * that transaction is not the owner: a waiter never holds others up for
+ * longer than deadlock_timeout, and a cycle of any length through it is
+ * broken.  lock_timeout bounds the wait as it bounds a lock wait, counted
+ * from the claim's first sleep, and ends it with the error that a lock wait
+ * gets (55P03).  Nothing else bounds it but the lease, wait_timeout and
  * statement_timeout.
  *
  *-------------------------------------------------------------------------
@@ -50,6 +58,7 @@
 #include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -195,32 +204,100 @@ ms_until(TimestampTz until)
 }
 
 /*
+ * The pid of a process that waits for a lock this backend holds, 0 if
+ * none.  Read from a copy of the lock table (GetLockStatusData), as
+ * pg_locks is: once per deadlock_timeout of a claim's wait.
+ */
+static int
+blocked_by_me(void)
+{
+	LockData   *locks = GetLockStatusData();
+	int			blocked = 0;
+
+	for (int i = 0; i < locks->nelements && blocked == 0; i++)
+	{
+		LockInstanceData *mine = &locks->locks[i];
+
+		if (mine->pid != MyProcPid || mine->holdMask == 0)
+			continue;
+		for (int j = 0; j < locks->nelements && blocked == 0; j++)
+		{
+			LockInstanceData *other = &locks->locks[j];
+
+			if (other->pid == MyProcPid || other->leaderPid == MyProcPid ||
+				other->waitLockMode == NoLock ||
+				memcmp(&other->locktag, &mine->locktag, sizeof(LOCKTAG)) != 0)
+				continue;
+			for (LOCKMODE m = 1; m <= MaxLockMode; m++)
+				if ((mine->holdMask & LOCKBIT_ON(m)) &&
+					DoLockModesConflict(m, other->waitLockMode))
+					blocked = other->pid;
+		}
+	}
+	return blocked;
+}
+
+pg_noreturn static void report_wait_error(const IdemKey *key, int blocked);
+
+/*
+ * End a claim's wait with the error of the lock wait it stands in for: a
+ * deadlock when process blocked waits for this transaction, else the lock
+ * timeout
+ */
+static void
+report_wait_error(const IdemKey *key, int blocked)
+{
+	char	   *k = text_to_cstring(key->key);
+	char	   *endpoint = text_to_cstring(key->endpoint);
+	char	   *tenant = text_to_cstring(key->tenant);
+
+	if (blocked != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+				 errmsg("deadlock detected"),
+				 errdetail("Process %d waits for the committed pending claim of idem key \"%s\" of endpoint \"%s\" (tenant \"%s\") to be finished; process %d waits for a lock that process %d holds.",
+						   MyProcPid, k, endpoint, tenant, blocked, MyProcPid),
+				 errhint("The claim's owner may need that lock to finish it. Take a claim's wait before the locks of the work it guards, or wait without holding locks.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("canceling statement due to lock timeout"),
+			 errdetail("The committed pending claim of idem key \"%s\" of endpoint \"%s\" (tenant \"%s\") was not finished within lock_timeout.",
+					   k, endpoint, tenant)));
+}
+
+/*
  * Sleep until the key's slot is woken after wait_prepare looked, or until
  * "until" passes; without preloading, for one poll's sleep.  The caller
  * then looks at the record again, whatever woke it.  Not past lock_timeout
- * from the first sleep: a sleep called after that raises its error.
+ * from the first sleep: a sleep called after that raises its error; nor
+ * past the next deadlock check, which raises a deadlock's error when
+ * another process waits for a lock this transaction holds (see the file's
+ * header).
  */
 void
 wait_sleep(const IdemKey *key, TimestampTz until, IdemWait *w)
 {
 	long		ms;
+	TimestampTz now = GetCurrentTimestamp();
 
 	if (!w->slept)
 	{
 		w->slept = true;
 		w->lock_deadline = LockTimeout > 0 ?
-			TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LockTimeout) :
-			DT_NOEND;
+			TimestampTzPlusMilliseconds(now, LockTimeout) : DT_NOEND;
+		w->deadlock_check = TimestampTzPlusMilliseconds(now, DeadlockTimeout);
 	}
-	if (GetCurrentTimestamp() >= w->lock_deadline)
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("canceling statement due to lock timeout"),
-				 errdetail("The committed pending claim of idem key \"%s\" of endpoint \"%s\" (tenant \"%s\") was not finished within lock_timeout.",
-						   text_to_cstring(key->key),
-						   text_to_cstring(key->endpoint),
-						   text_to_cstring(key->tenant))));
-	until = Min(until, w->lock_deadline);
+	if (now >= w->deadlock_check)
+	{
+		int			blocked = blocked_by_me();
+
+		if (blocked != 0)
+			report_wait_error(key, blocked);
+		w->deadlock_check = TimestampTzPlusMilliseconds(now, DeadlockTimeout);
+	}
+	if (now >= w->lock_deadline)
+		report_wait_error(key, 0);
+	until = Min(Min(until, w->lock_deadline), w->deadlock_check);
 
 	if (slots != NULL)
 	{

@@ -13,15 +13,16 @@
 /*
  * A claim's wait for a committed pending claim of its key: the wake-up
  * slot's generation when it last looked (with idem preloaded), or the next
- * poll's sleep (without); and when lock_timeout ends the wait, from its
- * first sleep on
+ * poll's sleep (without); when lock_timeout ends the wait, from its
+ * first sleep on, and when it next looks for a deadlock
  */
 typedef struct IdemWait
 {
 	uint64		generation;
 	long		poll_ms;
-	bool		slept;			/* lock_deadline is set */
+	bool		slept;			/* the deadlines are set */
 	TimestampTz lock_deadline;
+	TimestampTz deadlock_check; /* when to look for a deadlock next */
 } IdemWait;
 
 extern void wait_shmem_request(void);

@@ -115,6 +115,28 @@ sub test_node
 	cmp_ok($took, '>=', 0.9, "$how, wait_timeout passes: after waiting it");
 	cmp_ok($took, '<', 30, "$how, wait_timeout passes: not much longer");
 
+	# the waiter holds a row the owner needs to finish the claim, and waits
+	# first; the owner then queues for the row: a cycle the lock manager
+	# cannot see.  The waiter fails as in a deadlock within about
+	# deadlock_timeout (1 s), and the owner finishes
+	fresh_claim($node, '8 s');
+	$node->safe_psql('postgres', q{CREATE TABLE IF NOT EXISTS biz (id int PRIMARY KEY, v int);
+		TRUNCATE biz; INSERT INTO biz VALUES (1, 0)});
+	$w = start_waiter($node, qq{BEGIN; UPDATE biz SET v = v + 1 WHERE id = 1; $claim_wait; COMMIT});
+	sleeping_pid($node);
+	my $owner = $node->background_psql('postgres');
+	my $started = time();
+	$owner->query_safe(q{BEGIN; UPDATE biz SET v = v + 10 WHERE id = 1;
+		SELECT idem_complete('t', 'e', 'k', 201, 'charged'); COMMIT});
+	my $owner_took = time() - $started;
+	$owner->quit;
+	($out, $err, $took) = finish_waiter($w);
+	like($err, qr/ERROR:  40P01: deadlock detected\nDETAIL:  Process \d+ waits for the committed pending claim of idem key "k"/,
+		"$how, a waiter holding the owner's row: a deadlock's error");
+	cmp_ok($owner_took, '<', 4, "$how, a waiter holding the owner's row: the owner finishes within seconds");
+	is($node->safe_psql('postgres', q{SELECT v, state FROM biz, idem_record}), '10|succeeded',
+		"$how, a waiter holding the owner's row: the owner's work and its completion are committed");
+
 	# lock_timeout and statement_timeout end the wait long before the lease
 	# does, with the errors a lock wait gets; the claim is left as it was
 	for my $t (
