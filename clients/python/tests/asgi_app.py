@@ -21,23 +21,21 @@ from pg_idem.asgi import IdempotencyMiddleware
 
 counts: Counter[str] = Counter()
 gates = Gates()
+errors: list[Exception] = []
 
 
 async def item(request: Request) -> Response:
-    idem = request.state.idem if "idem" in request.scope.get("state", {}) else None
+    idem = request.state.idem
     counts[f"item:{request.headers.get('x-test-id')}"] += 1
     gate = request.headers.get("x-gate")
     if gate:
         await asyncio.get_running_loop().run_in_executor(None, gates.arrive_and_wait, gate)
     nonce = str(uuid.uuid4())
-    if idem is not None:
-        cur = await idem.conn.execute(
-            "INSERT INTO items (app, idem_key, nonce) VALUES ('asgi', %s, %s) RETURNING id", (idem.key, nonce))
-        (row_id,) = await cur.fetchone()
-    else:
-        row_id = 0
+    cur = await idem.conn.execute(
+        "INSERT INTO items (app, idem_key, nonce) VALUES ('asgi', %s, %s) RETURNING id", (idem.key, nonce))
+    (row_id,) = await cur.fetchone()
     return JSONResponse(
-        {"id": row_id, "nonce": nonce, "idem": idem is not None, "attempt": idem and idem.attempt},
+        {"id": row_id, "nonce": nonce, "idem": idem.key is not None, "attempt": idem.attempt},
         status_code=201, headers={"Location": f"/items/{request.path_params['id']}/{row_id}"})
 
 
@@ -55,6 +53,15 @@ async def declined(request: Request) -> Response:
     raise HTTPException(402, "card declined")
 
 
+async def big(request: Request) -> Response:
+    idem = request.state.idem
+    counts[f"big:{request.headers.get('x-test-id')}"] += 1
+    await idem.conn.execute("INSERT INTO items (app, idem_key, nonce) VALUES ('asgi', %s, 'big')",
+                            (idem.key,))
+    await idem.conn.execute("SET LOCAL idem.max_body_size = '1kB'")
+    return PlainTextResponse("x" * 2048)
+
+
 async def slow_commit(request: Request) -> Response:
     await request.state.idem.conn.execute("INSERT INTO slow_commit DEFAULT VALUES")
     return PlainTextResponse(f"done {uuid.uuid4()}")
@@ -68,13 +75,15 @@ ROUTES = [
     Route("/items/{id}", item, methods=["POST"]),
     Route("/boom", boom, methods=["POST"]),
     Route("/declined", declined, methods=["POST"]),
+    Route("/big", big, methods=["POST"]),
     Route("/slow-commit", slow_commit, methods=["POST"]),
 ]
 
 
 def make(**options: Any) -> Starlette:
     app = Starlette(routes=ROUTES)
-    app.add_middleware(IdempotencyMiddleware, conninfo="", tenant=tenant, **options)
+    app.add_middleware(IdempotencyMiddleware, conninfo="", tenant=tenant,
+                       on_error=lambda error, request: errors.append(error), **options)
     return app
 
 

@@ -24,6 +24,7 @@ sys.path.insert(0, HERE)
 SETUP = """
 CREATE EXTENSION IF NOT EXISTS idem;
 CREATE TABLE IF NOT EXISTS items (id serial PRIMARY KEY, app text NOT NULL, idem_key text, nonce text NOT NULL);
+CREATE TABLE IF NOT EXISTS orders (id serial PRIMARY KEY, body bytea NOT NULL);
 CREATE TABLE IF NOT EXISTS slow_commit (id serial PRIMARY KEY);
 CREATE OR REPLACE FUNCTION slow_commit_trigger() RETURNS trigger LANGUAGE plpgsql AS
   $$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$;
@@ -61,10 +62,11 @@ class Gates:
 
 
 class Server:
-    def __init__(self, url: str, counts: Counter[str], gates: Gates) -> None:
+    def __init__(self, url: str, counts: Counter[str], gates: Gates, errors: list[Exception]) -> None:
         self.url = url
         self.counts = counts
         self.gates = gates
+        self.errors = errors  # what the app's on_error hook was given
 
 
 def free_socket() -> socket.socket:
@@ -123,7 +125,7 @@ def asgi_server(db: Any) -> Server:
     import asgi_app
 
     url, stop = serve_asgi(asgi_app.dispatch)
-    yield Server(url, asgi_app.counts, asgi_app.gates)
+    yield Server(url, asgi_app.counts, asgi_app.gates, asgi_app.errors)
     stop()
 
 
@@ -132,7 +134,7 @@ def django_server(db: Any) -> Server:
     import django_app
 
     url, stop = serve_wsgi(django_app.application)
-    yield Server(url, django_app.counts, django_app.gates)
+    yield Server(url, django_app.counts, django_app.gates, django_app.errors)
     stop()
 
 

@@ -14,6 +14,7 @@ from conftest import Gates
 
 counts: Counter[str] = Counter()
 gates = Gates()
+errors: list[Exception] = []
 
 settings.configure(
     DEBUG=False,
@@ -24,6 +25,7 @@ settings.configure(
     MIDDLEWARE=["pg_idem.django.IdempotencyMiddleware"],
     IDEM_CONNINFO="",
     IDEM_TENANT=lambda request: request.headers.get("X-Tenant", "acme"),
+    IDEM_ON_ERROR=lambda error, request: errors.append(error),
     LOGGING_CONFIG=None,
 )
 django.setup()
@@ -38,19 +40,17 @@ from pg_idem.django import idempotency  # noqa: E402
 
 
 def item(request: HttpRequest, id: int) -> HttpResponse:  # noqa: A002
-    idem = getattr(request, "idem", None)
+    idem = request.idem  # type: ignore[attr-defined]
     counts[f"item:{request.headers.get('X-Test-Id')}"] += 1
     gate = request.headers.get("X-Gate")
     if gate:
         gates.arrive_and_wait(gate)
     nonce = str(uuid.uuid4())
-    row_id = 0
-    if idem is not None:
-        (row_id,) = idem.conn.execute(
-            "INSERT INTO items (app, idem_key, nonce) VALUES ('django', %s, %s) RETURNING id",
-            (idem.key, nonce)).fetchone()
-    response = JsonResponse({"id": row_id, "nonce": nonce, "idem": idem is not None,
-                             "attempt": idem and idem.attempt}, status=201)
+    (row_id,) = idem.conn.execute(
+        "INSERT INTO items (app, idem_key, nonce) VALUES ('django', %s, %s) RETURNING id",
+        (idem.key, nonce)).fetchone()
+    response = JsonResponse({"id": row_id, "nonce": nonce, "idem": idem.key is not None,
+                             "attempt": idem.attempt}, status=201)
     response["Location"] = f"/items/{id}/{row_id}"
     return response
 
@@ -70,6 +70,14 @@ def declined(request: HttpRequest) -> HttpResponse:
     raise PermissionDenied("card declined")
 
 
+def big(request: HttpRequest) -> HttpResponse:
+    idem = request.idem  # type: ignore[attr-defined]
+    counts[f"big:{request.headers.get('X-Test-Id')}"] += 1
+    idem.conn.execute("INSERT INTO items (app, idem_key, nonce) VALUES ('django', %s, 'big')", (idem.key,))
+    idem.conn.execute("SET LOCAL idem.max_body_size = '1kB'")
+    return HttpResponse("x" * 2048, content_type="text/plain")
+
+
 def slow_commit(request: HttpRequest) -> HttpResponse:
     request.idem.conn.execute("INSERT INTO slow_commit DEFAULT VALUES")  # type: ignore[attr-defined]
     return HttpResponse(f"done {uuid.uuid4()}", content_type="text/plain")
@@ -85,6 +93,7 @@ urlpatterns = [
     path("wait/items/<int:id>", idempotency(wait=60)(csrf_exempt(item))),
     path("boom", csrf_exempt(boom)),
     path("declined", csrf_exempt(declined)),
+    path("big", csrf_exempt(big)),
     path("slow-commit", csrf_exempt(slow_commit)),
 ]
 

@@ -63,3 +63,20 @@ def test_build_install_and_run(db: Any) -> None:
         assert r["outcomes"] == ["claimed", "replay"] and r["body"] == "built" and r["enqueued"] == "enqueued"
         assert r["file"].startswith(str(venv)), r["file"]
         assert r["typed"]
+
+
+def test_the_integrations_are_attributes_of_the_package() -> None:
+    code = """
+import sys, pg_idem
+assert pg_idem.asgi.IdempotencyMiddleware
+assert "django" not in sys.modules, "the ASGI integration imported Django"
+assert pg_idem.django.IdempotencyMiddleware
+try:
+    pg_idem.nothing
+except AttributeError:
+    pass
+else:
+    raise AssertionError("pg_idem.nothing")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

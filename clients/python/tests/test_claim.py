@@ -82,3 +82,21 @@ def test_aclaim(db: Any) -> None:
                 return first, again.outcome, again.body
 
     assert asyncio.run(main()) == ("claimed", "replay", b"done")
+
+
+def test_a_response_idem_refuses_to_store_is_logged_and_a_failure_not_retried(
+        db: Any, caplog: pytest.LogCaptureFixture) -> None:
+    key = new_key()
+    with connect() as conn:
+        with pytest.raises(pg_idem.ResponseNotStored) as e:
+            with pg_idem.claim(conn, "acme", "job:py", key) as c:
+                conn.execute("INSERT INTO items (app, idem_key, nonce) VALUES ('py', %s, 'x')", (key,))
+                conn.execute("SET LOCAL idem.max_body_size = '1kB'")
+                c.respond(200, b"x" * 2048)
+        assert e.value.sqlstate == "54000" and e.value.claim is c and c.verdict == "not_stored"
+        assert db.execute("SELECT count(*) FROM items WHERE idem_key = %s", (key,)).fetchone()[0] == 0
+        (log,) = [r for r in caplog.records if getattr(r, "idempotency_key", None) == key]
+        assert log.sqlstate == "54000" and log.attempt == c.attempt  # type: ignore[attr-defined]
+        with pg_idem.claim(conn, "acme", "job:py", key) as again:
+            assert again.outcome == "replay"
+            assert (again.status, again.headers, again.body) == (500, e.value.headers, e.value.body)

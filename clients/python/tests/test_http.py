@@ -4,6 +4,7 @@ HTTP servers and clients, against a real idem."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 from typing import Any
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from conftest import new_key, post, until
 
+import pg_idem
 from pg_idem._http import canonical_json
 
 
@@ -60,13 +62,18 @@ def test_required_mode_refuses_a_request_without_a_key(server: Any) -> None:
     assert server.counts[f"item:{tid}"] == 0
 
 
-def test_without_a_key_runs_without_idem_every_time(server: Any) -> None:
+@pytest.mark.parametrize("key", [None, ""], ids=["no header", "empty header"])
+def test_without_a_key_the_handler_runs_in_a_transaction_every_time(server: Any, db: Any, key: Any) -> None:
     tid = new_key()
-    a = post(server.url, "/items/1", headers={"x-test-id": tid})
-    b = post(server.url, "/items/1", headers={"x-test-id": tid})
-    assert a.status_code == b.status_code == 201
+    a = post(server.url, "/items/1", key, headers={"x-test-id": tid})
+    b = post(server.url, "/items/1", key, headers={"x-test-id": tid})
+    assert a.status_code == b.status_code == 201, a.text
     assert a.json()["idem"] is False and a.content != b.content
+    assert "idempotent-replayed" not in b.headers
     assert server.counts[f"item:{tid}"] == 2
+    for r in (a, b):  # committed before the answer was sent
+        rows = db.execute("SELECT idem_key FROM items WHERE nonce = %s", (r.json()["nonce"],)).fetchall()
+        assert rows == [(None,)]
 
 
 def test_a_key_longer_than_255_characters_is_refused(server: Any) -> None:
@@ -152,7 +159,7 @@ def test_wait_mode_gets_the_replay(server: Any, db: Any) -> None:
 def test_a_handler_that_raises_gets_500_and_the_retry_runs_again(server: Any, db: Any) -> None:
     key, tid = new_key(), new_key()
     first = post(server.url, "/boom", key, headers={"x-test-id": tid})
-    assert first.status_code == 500
+    assert_problem(first, 500)
     rec = stored(db, "POST /boom", key)
     assert rec[0] == "failed"
     assert items(db, key) == 0, "the handler's writes were rolled back"
@@ -161,6 +168,35 @@ def test_a_handler_that_raises_gets_500_and_the_retry_runs_again(server: Any, db
     assert retry.json()["attempt"] == rec[2] + 1
     assert server.counts[f"boom:{tid}"] == 2
     assert items(db, key) == 1
+
+
+def test_a_handler_that_raises_without_a_key_gets_a_problem_500_and_its_writes_roll_back(
+        server: Any, db: Any) -> None:
+    tid = new_key()
+    booms = "SELECT count(*) FROM items WHERE idem_key IS NULL AND nonce = 'boom'"
+    before = db.execute(booms).fetchone()[0]
+    assert_problem(post(server.url, "/boom", headers={"x-test-id": tid}), 500)
+    assert server.counts[f"boom:{tid}"] == 1
+    assert db.execute(booms).fetchone()[0] == before
+    assert isinstance(server.errors[-1], RuntimeError)
+
+
+def test_a_response_too_large_to_store_is_logged_and_answered_alike_without_running_again(
+        server: Any, db: Any, caplog: pytest.LogCaptureFixture) -> None:
+    key, tid = new_key(), new_key()
+    first = post(server.url, "/big", key, headers={"x-test-id": tid})
+    assert_problem(first, 500)
+    assert first.json()["code"] == "idempotency-store-failed" and "retry it" not in first.json()["detail"]
+    (log,) = [r for r in caplog.records if getattr(r, "idempotency_key", None) == key]
+    assert log.levelno == logging.ERROR and log.name == "pg_idem"
+    assert (log.sqlstate, log.status, log.body_size) == ("54000", 200, 2048)  # type: ignore[attr-defined]
+    assert isinstance(server.errors[-1], pg_idem.ResponseNotStored) and server.errors[-1].claim.key == key
+    assert items(db, key) == 0, "the handler's writes were rolled back"
+    assert stored(db, "POST /big", key)[:2] == ("failed", 500)
+    retry = post(server.url, "/big", key, headers={"x-test-id": tid})
+    assert retry.status_code == 500 and retry.headers["idempotent-replayed"] == "true"
+    assert retry.content == first.content
+    assert server.counts[f"big:{tid}"] == 1
 
 
 def test_a_business_error_is_stored_and_replayed(server: Any, db: Any) -> None:

@@ -22,12 +22,26 @@ caller's transaction, a ``Dispatcher`` delivers it::
 
 from __future__ import annotations
 
-from ._claim import Claim, IdemError, aclaim, claim
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._claim import Claim, IdemError, ResponseNotStored, aclaim, claim
 from ._http import canonical_json, request_fingerprint
 from ._outbox import Dispatcher, Enqueued, Message, Reply, enqueue
 
+if TYPE_CHECKING:
+    from . import asgi, django  # noqa: F401  (pg_idem.asgi, pg_idem.django for type checkers)
+
 __all__ = [
-    "Claim", "IdemError", "aclaim", "claim", "canonical_json", "request_fingerprint",
+    "Claim", "IdemError", "ResponseNotStored", "aclaim", "claim", "canonical_json", "request_fingerprint",
     "Dispatcher", "Enqueued", "Message", "Reply", "enqueue",
 ]
 __version__ = "0.3.0"
+
+
+def __getattr__(name: str) -> Any:
+    """``pg_idem.asgi`` and ``pg_idem.django`` after ``import pg_idem``: imported when first used,
+    so that an ASGI application never imports Django, nor a Django one Starlette."""
+    if name in ("asgi", "django"):
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

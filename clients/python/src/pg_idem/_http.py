@@ -57,14 +57,12 @@ def problem(status: int, detail: str, code: str, extra: Iterable[tuple[str, str]
 
 
 def check_key(values: list[str], header: str) -> tuple[Optional[str], Optional[Answer]]:
-    """The key of a request's header values, or the 400 to answer."""
-    if not values:
-        return None, None
+    """The key of a request's header values (None without one, or for an empty one), or the 400 to answer."""
     if len(values) > 1:
         return None, problem(400, f"send one {header} header, not {len(values)}", "idempotency-key-invalid")
-    key = values[0]
+    key = values[0] if values else ""
     if key == "":
-        return None, problem(400, f"the {header} header is empty", "idempotency-key-invalid")
+        return None, None
     if len(key.encode()) > MAX_KEY_LENGTH:
         return None, problem(
             400, f"the {header} header is longer than {MAX_KEY_LENGTH} characters", "idempotency-key-invalid")

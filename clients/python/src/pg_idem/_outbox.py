@@ -30,22 +30,24 @@ import psycopg
 from psycopg import errors
 from psycopg.types.json import Jsonb
 
+from ._sql import idem_call
+
 Headers = Mapping[str, Union[str, Sequence[str]]]
 Payload = Union[bytes, bytearray, memoryview, str, Any]
 
 _ENQUEUE_SQL = {
-    kind: "SELECT outcome, id, state, created_at FROM idem_enqueue(%s, %s, %s, %s::" + kind + ", "
+    kind: "SELECT outcome, id, state, created_at FROM {}(%s, %s, %s, %s::" + kind + ", "
     "headers => %s::jsonb, not_before => %s::timestamptz, ordering_key => %s::text, "
     "max_attempts => %s::integer, redeliver => %s::boolean)"
     for kind in ("bytea", "text", "jsonb")
 }
 _TAKE_SQL = (
-    "SELECT id, tenant, topic, key, payload, headers, attempt, lease_expires_at FROM idem_take("
+    "SELECT id, tenant, topic, key, payload, headers, attempt, lease_expires_at FROM {}("
     "%s, max_messages => %s::integer, lease => %s::interval, tenant => %s::text)"
 )
-_DELIVERED_SQL = "SELECT idem_delivered(%s::bigint, %s::integer, %s::integer, %s::bytea)"
-_RETRY_SQL = "SELECT idem_retry(%s::bigint, %s::integer, %s::text, %s::interval)"
-_DEAD_SQL = "SELECT idem_dead(%s::bigint, %s::integer, %s::text)"
+_DELIVERED_SQL = "SELECT {}(%s::bigint, %s::integer, %s::integer, %s::bytea)"
+_RETRY_SQL = "SELECT {}(%s::bigint, %s::integer, %s::text, %s::interval)"
+_DEAD_SQL = "SELECT {}(%s::bigint, %s::integer, %s::text)"
 
 #: How much of a receiver's error body goes into the message's last_error.
 _ERROR_BODY_CHARS = 200
@@ -78,12 +80,14 @@ def enqueue(
     ordering_key: Optional[str] = None,
     max_attempts: Optional[int] = None,
     redeliver: bool = True,
+    schema: Optional[str] = None,
 ) -> Enqueued:
     """Write an outbound message in ``conn``'s transaction: it is delivered only if that commits.
 
     ``payload``: bytes as bytea, str as text, anything else as its JSON
     (jsonb).  ``headers`` go with the message to the receiver (strings or
-    lists of strings).
+    lists of strings).  ``schema``: the schema of the extension (default:
+    found on the search_path).
     """
     if isinstance(payload, (bytes, bytearray, memoryview)):
         kind, value = "bytea", bytes(payload)
@@ -91,7 +95,7 @@ def enqueue(
         kind, value = "text", payload
     else:
         kind, value = "jsonb", Jsonb(payload)
-    row = conn.execute(_ENQUEUE_SQL[kind], (
+    row = conn.execute(idem_call(_ENQUEUE_SQL[kind], "idem_enqueue", schema), (
         tenant, topic, key, value, None if headers is None else Jsonb(dict(headers)), not_before,
         ordering_key, max_attempts, redeliver,
     )).fetchone()
@@ -208,7 +212,8 @@ class Dispatcher:
     bytes; a handler gets it as ``Message.deadline`` and is waited for, and
     what it returns late is recorded if the lease is still live.  The
     dispatcher ``LISTEN``s on ``idem_outbox`` and takes when a notification
-    names its topic, else every ``poll_interval`` seconds.
+    names its topic, else every ``poll_interval`` seconds.  ``schema``: the
+    schema of the extension (default: found on the search_path).
     """
 
     def __init__(
@@ -225,6 +230,7 @@ class Dispatcher:
         tenant: Optional[str] = None,
         poll_interval: float = 1.0,
         logger: Optional[logging.Logger] = None,
+        schema: Optional[str] = None,
     ) -> None:
         if (handler is None) == (url is None):
             raise TypeError("pg_idem: give the Dispatcher either handler or url")
@@ -250,6 +256,10 @@ class Dispatcher:
         self.tenant = tenant
         self.poll_interval = float(poll_interval)
         self.logger = logger or logging.getLogger("pg_idem.dispatcher")
+        self._take_sql, self._delivered_sql, self._retry_sql, self._dead_sql = (
+            idem_call(template, function, schema) for template, function in (
+                (_TAKE_SQL, "idem_take"), (_DELIVERED_SQL, "idem_delivered"), (_RETRY_SQL, "idem_retry"),
+                (_DEAD_SQL, "idem_dead")))
 
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -322,7 +332,8 @@ class Dispatcher:
         """Take one batch (up to ``batch_size``) and deliver it; returns how many were taken."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             self._check_lease(conn)
-            rows = conn.execute(_TAKE_SQL, (self.topic, self.batch_size, self.lease, self.tenant)).fetchall()
+            rows = conn.execute(
+                self._take_sql, (self.topic, self.batch_size, self.lease, self.tenant)).fetchall()
             with ThreadPoolExecutor(self.concurrency) as executor:
                 for row in rows:
                     executor.submit(self._deliver, conn, self._message(row))
@@ -375,7 +386,7 @@ class Dispatcher:
             # thread while its lease runs
             n = min(self.batch_size, free)
             self._more = False
-            rows = self._conn.execute(_TAKE_SQL, (self.topic, n, self.lease, self.tenant)).fetchall()
+            rows = self._conn.execute(self._take_sql, (self.topic, n, self.lease, self.tenant)).fetchall()
             for row in rows:
                 with self._lock:
                     self._in_flight += 1
@@ -477,19 +488,19 @@ class Dispatcher:
         who = f"pg_idem dispatcher: {message.idempotency_key} attempt {message.attempt}"
         try:
             if verdict.kind == "delivered":
-                conn.execute(_DELIVERED_SQL, (message.id, message.attempt, verdict.status, verdict.body))
+                conn.execute(self._delivered_sql, (message.id, message.attempt, verdict.status, verdict.body))
                 status = "" if verdict.status is None else f" ({verdict.status})"
                 self.logger.info("%s: delivered%s", who, status)
             elif verdict.kind == "retry":
                 args = (message.id, message.attempt, verdict.error, verdict.after)
-                row = conn.execute(_RETRY_SQL, args).fetchone()
+                row = conn.execute(self._retry_sql, args).fetchone()
                 if row is not None and row[0] == "dead":
                     self.logger.error("%s: dead, its last attempt failed: %s", who, verdict.error)
                 else:
                     after = "" if verdict.after is None else f" after {verdict.after.total_seconds()} s"
                     self.logger.warning("%s: to retry%s: %s", who, after, verdict.error)
             else:
-                conn.execute(_DEAD_SQL, (message.id, message.attempt, verdict.error))
+                conn.execute(self._dead_sql, (message.id, message.attempt, verdict.error))
                 self.logger.error("%s: dead: %s", who, verdict.error)
         except errors.ObjectNotInPrerequisiteState as e:
             self.logger.warning("%s: stale lease, the answer (%s) is not recorded: %s", who, verdict.kind, e)

@@ -12,15 +12,18 @@
         return JSONResponse({"ok": True}, status_code=201)   # stored, committed, then sent
 
 The response is held back until it is stored and committed, so a retry sent
-the instant it arrives gets the replay.  A request without the key runs
-without idem (``request.state.idem`` is None) unless ``required``.
+the instant it arrives gets the replay.  A request without the key (or with
+an empty one) is refused when ``required``; else nothing is claimed and the
+handler runs the same way, in a transaction of ``request.state.idem.conn``
+(``request.state.idem.key`` is None).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from contextlib import asynccontextmanager
 from typing import Any, Callable, Optional, Union
 
 import psycopg
@@ -28,7 +31,7 @@ from starlette.requests import Request
 from starlette.routing import Match
 
 from . import _http
-from ._claim import aclaim
+from ._claim import Claim, ResponseNotStored, aclaim, aunkeyed
 
 logger = logging.getLogger("pg_idem")
 
@@ -44,7 +47,12 @@ class IdempotencyMiddleware:
     concurrent duplicate wait for the first instead of 409; ``connect`` (an
     async callable returning an autocommit ``AsyncConnection``) replaces
     ``psycopg.AsyncConnection.connect(conninfo, autocommit=True)``;
-    ``fingerprint(method, path, body, content_type)`` replaces the default.
+    ``fingerprint(method, path, body, content_type)`` replaces the default;
+    ``schema`` is the schema of the extension (default: found on the
+    search_path).  A request that fails (the handler raises, the database
+    errs, idem refuses to store the response) is logged to logger
+    ``pg_idem`` and answered 500 problem+json; ``on_error(error, request)``
+    (may be async) is then called too, e.g. to report it.
     """
 
     def __init__(
@@ -61,6 +69,8 @@ class IdempotencyMiddleware:
         methods: Iterable[str] = ("POST", "PATCH"),
         fingerprint: Optional[Callable[[str, str, bytes, Optional[str]], Optional[bytes]]] = None,
         connect: Optional[Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]] = None,
+        schema: Optional[str] = None,
+        on_error: Optional[Callable[[Exception, Request], Any]] = None,
     ) -> None:
         self.app = app
         self.conninfo = conninfo
@@ -73,6 +83,8 @@ class IdempotencyMiddleware:
         self.methods = {m.upper() for m in methods}
         self.fingerprint = fingerprint or _http.request_fingerprint
         self.connect = connect or (lambda: psycopg.AsyncConnection.connect(self.conninfo, autocommit=True))
+        self.schema = schema
+        self.on_error = on_error
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
@@ -85,26 +97,27 @@ class IdempotencyMiddleware:
         if bad is not None:
             await _send(send, bad)
             return
-        if key is None:
-            if self.required:
-                await _send(send, _http.missing_key(self.header))
-            else:
-                await self.app(scope, receive, send)
+        if key is None and self.required:
+            await _send(send, _http.missing_key(self.header))
             return
 
-        body = await _read_body(receive)
         request = Request(scope)
-        request._body = body  # the tenant callback may read it
-        tenant = self.tenant(request) if callable(self.tenant) else self.tenant
-        if inspect.isawaitable(tenant):
-            tenant = await tenant
-        if not isinstance(tenant, str) or not tenant:
-            raise TypeError("pg_idem: tenant must give a non-empty string")
         endpoint = f"{scope['method']} {_route_template(scope)}"
-        target = scope.get("root_path", "") + scope["path"]
-        if scope.get("query_string"):
-            target += "?" + scope["query_string"].decode("latin-1")
-        fp = self.fingerprint(scope["method"], target, body, request.headers.get("content-type"))
+        app_receive = receive
+        body = b""
+        if key is not None:
+            body = await _read_body(receive)
+            request._body = body  # the tenant callback may read it
+            delivered = False
+
+            async def replay_receive() -> Message:
+                nonlocal delivered
+                if not delivered:
+                    delivered = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            app_receive = replay_receive
 
         start: Optional[Message] = None
         chunks: list[bytes] = []
@@ -116,39 +129,63 @@ class IdempotencyMiddleware:
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
 
-        delivered = False
-
-        async def replay_receive() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+        @asynccontextmanager
+        async def transaction(key: Optional[str]) -> AsyncIterator[Claim]:
+            async with await self.connect() as conn:
+                if key is None:
+                    async with aunkeyed(conn, endpoint) as c:
+                        yield c
+                else:
+                    tenant = self.tenant(request) if callable(self.tenant) else self.tenant
+                    if inspect.isawaitable(tenant):
+                        tenant = await tenant
+                    if not isinstance(tenant, str) or not tenant:
+                        raise TypeError("pg_idem: tenant must give a non-empty string")
+                    target = scope.get("root_path", "") + scope["path"]
+                    if scope.get("query_string"):
+                        target += "?" + scope["query_string"].decode("latin-1")
+                    fp = self.fingerprint(scope["method"], target, body, request.headers.get("content-type"))
+                    async with aclaim(conn, tenant, endpoint, key, fp, wait=self.wait, lease=self.lease,
+                                      schema=self.schema) as c:
+                        yield c
 
         answer: Optional[_http.Answer] = None
-        conn = await self.connect()
         try:
-            async with aclaim(conn, tenant, endpoint, key, fp, wait=self.wait, lease=self.lease) as c:
-                if c.outcome != "claimed":
+            async with transaction(key) as c:
+                if c.outcome not in ("claimed", "unkeyed"):
                     answer = _http.outcome_answer(c.outcome, c.status, c.headers, c.body, self.retry_after)
                 else:
                     scope.setdefault("state", {})["idem"] = c
-                    await self.app(scope, replay_receive, capture)
+                    await self.app(scope, app_receive, capture)
                     if start is None:
                         raise RuntimeError("pg_idem: the application sent no response")
                     pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in start.get("headers", [])]
                     c.respond(start["status"], b"".join(chunks), _http.storable_headers(pairs))
-        except Exception:
-            logger.exception("pg_idem: the request failed; its claim is released for a retry")
+        except ResponseNotStored as e:  # logged as it was raised
+            answer = _http.Answer(e.status, list(e.headers.items()), e.body)
+            await self._report(request, e)
+        except Exception as e:
+            logger.exception("pg_idem: %s failed (key %r); its writes are rolled back", endpoint, key,
+                             extra={"idempotency_key": key, "endpoint": endpoint,
+                                    "sqlstate": getattr(e, "sqlstate", None)})
             answer = _http.problem(500, "the request failed; retry it", "internal-error")
-        finally:
-            await conn.close()
+            await self._report(request, e)
         if answer is not None:
             await _send(send, answer)
             return
         assert start is not None
         await send(start)
         await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": False})
+
+    async def _report(self, request: Request, error: Exception) -> None:
+        if self.on_error is None:
+            return
+        try:
+            done = self.on_error(error, request)
+            if inspect.isawaitable(done):
+                await done
+        except Exception:
+            logger.exception("pg_idem: on_error raised")
 
 
 def _route_template(scope: Scope) -> str:
