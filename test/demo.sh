@@ -88,5 +88,7 @@ cat <<MSG
 idem: the server keeps running with idem preloaded.
   connect:  ${PSQL[*]} -d idem
   log:      $RUN_DIR/server.log
+  docs:     the SQL of a page of README.md or doc/*.md runs here as written,
+            in the page's order (test/t/081_doc_snippets.pl checks it)
   stop:     make stop   (stops it and removes $RUN_DIR)
 MSG

@@ -20,10 +20,16 @@
 #                IDEM_TEST_REQUIRE_CITUS=1 (CI), which makes that a failure
 #                on every major that a vendored Citus supports
 # It ends with one line "idem: N passed, N failed, N skipped", followed by
-# the suites skipped and why, e.g.
-#   idem: 753 passed, 0 failed, 1 skipped (citus: no Citus source)
+# every suite, script or test skipped, how many and why (and, for Citus,
+# how to provide it), e.g.
+#   idem: 23 passed, 0 failed, 4 skipped (081_doc_snippets: 2 skipped,
+#   needs Citus (test/citus/041_citus.pl runs these steps), at
+#   doc/citus.md:24, doc/citus.md:57; citus: 2 skipped, no Citus source:
+#   provide a Citus source tarball (citus-*.tar.gz) in ../shared/vendor or
+#   named by IDEM_TEST_CITUS_TARBALL=FILE, then run make test as root,
+#   which builds it)
 # and exits non-zero if anything failed.  A skipped suite counts one per
-# script; a TAP test that skips itself counts one.
+# script; a test that skips itself, or a script that skips all, counts one.
 #
 # While working on one thing, run part of it (the full run is the default):
 #   IDEM_TEST_SUITES="regress isolation"    which suites, of: version
@@ -84,8 +90,36 @@ skips=()
 # skip N SUITE REASON: N tests of SUITE not run, and why
 skip() {
 	skipped=$((skipped + $1))
-	skips+=("$2: $3")
+	skips+=("$2: $1 skipped, $3")
 	say "$2: skipped ($3)"
+}
+
+# prove_skips LOG: what a prove (-v) or pg_prove log skipped, one line
+# "SCRIPT: N skipped, REASON" per script and reason: the tests that skip
+# themselves (ok N # skip REASON) and the scripts that skip all (SCRIPT ..
+# skipped: REASON, or 1..0 # SKIP REASON).  Skips whose reasons differ only
+# by a leading "PATH:LINE, " are one line, "SCRIPT: N skipped, REASON, at
+# PATH:LINE, PATH:LINE".
+prove_skips() {
+	perl -ne '
+		# a reason may start with where: "PATH:LINE, REASON"
+		sub add { my ($s, $r) = @_; $r = "no reason given" if $r eq "";
+			my $at = $r =~ s/^(\S+:\d+), // ? $1 : undef;
+			push @order, "$s\0$r" unless $n{"$s\0$r"}++;
+			push @{$at{"$s\0$r"}}, $at if defined $at }
+		if (/^(\S+?)(?:\.pl|\.sql|\.t)? \.\.(?: (.*))?$/) {
+			my $rest = $2 // "";
+			($script = $1) =~ s{.*/}{};
+			if ($rest =~ /^skipped:\s*(.*?)\s*$/) { add($script, $1); $whole{$script} = 1 }
+		} elsif (/^\s*ok \d+(?: [^#]*)? # skip\s*(.*?)\s*$/i) {
+			add($script // "?", $1);
+		} elsif (/^\s*1\.\.0 # skip\s*(.*?)\s*$/i && !$whole{$script // "?"}) {
+			add($script // "?", $1); $whole{$script // "?"} = 1;
+		}
+		END { for (@order) { my ($s, $r) = split /\0/;
+			my $at = $at{$_} ? ", at " . join(", ", @{$at{$_}}) : "";
+			print "$s: $n{$_} skipped, $r$at\n" } }
+	' "$1"
 }
 
 # the version lives in idem.control; META.json and the install script
@@ -147,14 +181,17 @@ count_prove() {
 		failed=$((failed + 1))
 		return
 	fi
-	# tests that skip themselves (ok N # skip, or a whole script's
-	# 1..0 # SKIP) ran nothing: they count as skipped, not passed
-	local s
-	s=$(grep -ciE '^ *ok [0-9]+( -.*)? # skip' "$log")
-	skipped=$((skipped + s))
+	# tests that skip themselves (ok N # skip) ran nothing: they count as
+	# skipped, not passed; so does a script that skips all (1..0 # SKIP,
+	# which prove shows as "SCRIPT .. skipped: REASON").  Each is named in
+	# the summary line, with its reason.
+	local s l
+	s=$(grep -ciE '^ *ok [0-9]+( [^#]*)? # skip' "$log")
 	t=$((t - s))
-	s=$(grep -ciE '^ *1\.\.0 # skip' "$log")
-	skipped=$((skipped + s))
+	while IFS= read -r l; do
+		skips+=("$l")
+		skipped=$((skipped + $(echo "$l" | sed 's/^[^:]*: \([0-9]*\) skipped.*/\1/')))
+	done < <(prove_skips "$log")
 	f=$(sed -n 's/.*Tests: [0-9]* Failed: \([0-9]*\)).*/\1/p' "$log" |
 		awk '{ s += ($1 > 0 ? $1 : 1) } END { print s + 0 }')
 	if ! grep -q '^Result: PASS' "$log" && [ "$f" -eq 0 ]; then
@@ -274,7 +311,11 @@ if want pgtap || want http || want clients; then
 				passed=$((passed + $(n passed)))
 				failed=$((failed + $(n failed) + $(n 'errors?')))
 				skipped=$((skipped + $(n skipped)))
-				[ "$(n skipped)" -eq 0 ] || skips+=("clients/python: $(n skipped) skipped by pytest")
+				# pytest -v names each skipped test: "PATH::TEST SKIPPED (REASON)"
+				[ "$(n skipped)" -eq 0 ] ||
+					skips+=("clients/python: $(n skipped) skipped by pytest, $(
+						sed -n 's/^\([^ ]*::[^ ]*\) SKIPPED *\(.*[^ ]\) *\[ *[0-9]*%\]$/\1 \2/p; s/^\([^ ]*::[^ ]*\) SKIPPED *\[ *[0-9]*%\]$/\1/p' \
+							"$OUT/clients-python.log" | sed 's/^.*:://' | paste -sd, - | sed 's/,/, /g')")
 			fi
 		fi
 		pg_ctl -D "$PGDATA_TAP" -m fast -w stop >/dev/null
@@ -314,22 +355,37 @@ if want citus; then
 		ncitus=$(ls test/citus/*.pl | wc -l)
 		reason=${IDEM_TEST_CITUS_SKIP:-}
 		[ -n "$reason" ] || citus_locate || reason=$CITUS_SKIP
+		# how to provide Citus, for the summary line
+		provide="a Citus source tarball (citus-*.tar.gz) in ../shared/vendor or named by IDEM_TEST_CITUS_TARBALL=FILE"
+		case $reason in
+		"no Citus source") how="provide $provide, then run make test as root, which builds it" ;;
+		"no Citus release here supports"*) how="provide a release whose configure accepts PostgreSQL $PG_MAJOR, as $provide" ;;
+		building*) how="see test/citus/build.sh's output above (sudo bash test/citus/build.sh builds it again)" ;;
+		*) how= ;;
+		esac
 		if [[ $reason == "no Citus release here supports"* ]]; then
-			skip "$ncitus" citus "$reason"
+			skip "$ncitus" citus "$reason: $how"
 		elif [ "${IDEM_TEST_REQUIRE_CITUS:-0}" = 1 ]; then
 			say "citus: FAILED: Citus is not built for $($PG_CONFIG --version) in $CITUS_CACHE (${reason:-build failed}), and IDEM_TEST_REQUIRE_CITUS=1"
 			failed=$((failed + 1))
 		elif [ -n "$reason" ]; then
-			skip "$ncitus" citus "$reason"
+			skip "$ncitus" citus "$reason${how:+: $how}"
 		else
-			skip "$ncitus" citus "Citus not built: run \"make test\" as root, or \"sudo bash test/citus/build.sh\""
+			skip "$ncitus" citus "Citus not built: run make test as root, or sudo bash test/citus/build.sh"
 		fi
 	fi
 fi
 
 line="idem: $passed passed, $failed failed, $skipped skipped"
+# each skipped suite, script or test, how many and why
 if [ ${#skips[@]} -gt 0 ]; then
-	line+=" ($(IFS=';'; echo "${skips[*]}" | sed 's/;/; /g'))"
+	sep=
+	line+=" ("
+	for s in "${skips[@]}"; do
+		line+="$sep$s"
+		sep='; '
+	done
+	line+=")"
 fi
 echo "$line"
 [ "$failed" -eq 0 ]
