@@ -38,6 +38,8 @@
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_trigger.h"
+#include "commands/trigger.h"
 #include "commands/defrem.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -212,6 +214,53 @@ access_arbiters(ResultRelInfo *rri, const AttrNumber *attnums, int n)
 			arbiters = lappend_oid(arbiters, index->indexrelid);
 	}
 	return arbiters;
+}
+
+/*
+ * Refuse table relid if a trigger fires on its INSERT or UPDATE: idem
+ * inserts and updates the rows of a table it reaches directly as core's
+ * apply worker does, through the heap and index access methods, and fires
+ * no trigger there (a row trigger would run user code between the probe
+ * and the write, and could change the row whose uniqueness decides), so a
+ * trigger a DBA adds would fire on the SQL way and be skipped here.  A
+ * FOREIGN KEY of the table and a DEFERRABLE unique or exclusion constraint
+ * are checked by such triggers too, and refused with them, naming the
+ * constraint.  Not refused: a disabled trigger (it fires nowhere); a
+ * trigger on DELETE or TRUNCATE (idem deletes through SQL, which fires
+ * it); and the triggers of a foreign key that references the table, which
+ * check only a change of the referenced columns (idem never changes a key)
+ * or a deletion.
+ */
+void
+access_refuse_write_triggers(Oid relid)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	TriggerDesc *td = rel->trigdesc;
+
+	for (int i = 0; td != NULL && i < td->numtriggers; i++)
+	{
+		Trigger    *tg = &td->triggers[i];
+
+		if (!(TRIGGER_FOR_INSERT(tg->tgtype) || TRIGGER_FOR_UPDATE(tg->tgtype)) ||
+			tg->tgenabled == TRIGGER_DISABLED ||
+			(tg->tgisinternal && RI_FKey_trigger_type(tg->tgfoid) == RI_TRIGGER_PK))
+			continue;
+		if (OidIsValid(tg->tgconstraint))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("table \"%s\" has constraint \"%s\", which idem cannot enforce",
+							RelationGetRelationName(rel),
+							get_constraint_name(tg->tgconstraint)),
+					 errdetail("idem writes the table's rows directly, applying its CHECK and NOT NULL constraints and its immediate unique indexes; a foreign key or a deferrable constraint is checked by a row trigger, which idem does not fire."),
+					 errhint("Drop the constraint.")));
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("table \"%s\" has trigger \"%s\" on INSERT or UPDATE, which idem does not fire",
+						RelationGetRelationName(rel), tg->tgname),
+				 errdetail("idem inserts and updates the table's rows directly, as core's apply worker does, and fires no trigger there."),
+				 errhint("Drop or disable the trigger. A trigger on DELETE or TRUNCATE fires: idem deletes through SQL.")));
+	}
+	table_close(rel, AccessShareLock);
 }
 
 /* Direct access reads heap tuples: refuse a table of another access method */

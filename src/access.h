@@ -96,6 +96,7 @@ extern Oid	access_index_of(const AccessIndex *shape, Oid schema, Oid table);
 extern List *access_arbiters(ResultRelInfo *rri, const AttrNumber *attnums,
 							 int n);
 extern void access_require_heap(Oid relid);
+extern void access_refuse_write_triggers(Oid relid);
 extern void access_check_row(AccessChecks *checks, Relation rel,
 							 TupleTableSlot *slot);
 extern void access_copy_row(TupleTableSlot *slot, Datum **values,

@@ -214,6 +214,7 @@ static void
 look_up_rest(AccessTable *t, Oid schema)
 {
 	access_require_heap(t->relid);
+	access_refuse_write_triggers(t->relid);
 	tables.seq = get_relname_relid("idem_outbox_id_seq", schema);
 	if (!OidIsValid(tables.seq))
 		ereport(ERROR,

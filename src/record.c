@@ -75,12 +75,14 @@
  * (access_check_row), so a CHECK that a DBA adds is enforced here as on
  * the SQL way, its error naming the constraint and the table.  Row
  * triggers are not fired on this path, and that is a decision: idem_record
- * has none, a row trigger is a place for user code to run inside every
- * claim (and to change the row idem decides on), and core's own direct
- * path for a table's rows, the apply worker's, fires them only where the
- * replica's settings ask for it.  One that a DBA adds fires only for the
- * SQL way's writes; doc/choices.md says so.  The statement trigger on
- * DELETE fires for the SQL that deletes.
+ * has none, and a row trigger is a place for user code to run inside every
+ * claim (and to change the row idem decides on).  So a table with a
+ * trigger on INSERT or UPDATE (or a foreign key, or a deferrable
+ * constraint, which are checked by row triggers) is refused where it is
+ * looked up, naming it (access_refuse_write_triggers), rather than written
+ * past it: a rule of the table never holds on one way and not the other.
+ * On the SQL way (Citus) the statements fire them.  Triggers on DELETE fire
+ * for the SQL that deletes.
  *
  *-------------------------------------------------------------------------
  */
@@ -167,7 +169,10 @@ look_up_rest(AccessTable *t, Oid schema)
 	tables.distributed = sql_distributed(t->relid);
 	SPI_finish();
 	if (!tables.distributed)
+	{
 		access_require_heap(t->relid);
+		access_refuse_write_triggers(t->relid);
+	}
 	t->other = access_table("idem_attempt_floor", schema);
 	tables.key_index = access_index_of(&key_index, schema, t->relid);
 	tables.floor_index = access_index_of(&floor_index, schema, t->other);
