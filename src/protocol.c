@@ -338,15 +338,20 @@ protocol_lease_end(const char *who, TimestampTz now, Interval *lease)
 
 /*
  * The lease's end and the expiry of a claim made at now, or an error for a
- * bad lease or retention, or one over the DBA's caps.  The expiry is the retention (the claim's own,
- * or idem.retention) after now, but never before the lease ends, so that a
- * record cannot be forgotten while its lease runs.
+ * bad lease or retention, or one over the DBA's caps.  The expiry is the
+ * retention (the claim's own, or idem.retention) after now, but never
+ * before the lease ends, so that a record cannot be forgotten while its
+ * lease runs; a lease that would end after idem.max_retention would so
+ * keep the record longer than the cap, and is refused as a retention is.
  */
 static void
 claim_times(TimestampTz now, Interval *lease, Interval *retention,
 			TimestampTz *lease_expires_at, TimestampTz *expires_at)
 {
 	*lease_expires_at = protocol_lease_end("claim", now, lease);
+	protocol_check_cap("claim", "lease", now, *lease_expires_at,
+					   (int64) idem_max_retention * USECS_PER_SEC, lease,
+					   "idem.lease", "idem.max_retention");
 	if (retention != NULL)
 	{
 		*expires_at = protocol_time_plus(now, retention, "retention");

@@ -26,6 +26,15 @@ SELECT outcome FROM idem_claim('acme', 'POST /caps', 'k1', retention => '6h', le
 SET idem.lease = '20min';
 SELECT outcome FROM idem_claim('acme', 'POST /caps', 'k1', retention => '6h');
 RESET idem.lease;
+-- a lease that would end after idem.max_retention (it would keep the record
+-- that long), by argument and by setting, in a claim and in a batch
+SET idem.max_lease = 0;
+SELECT outcome FROM idem_claim('acme', 'POST /caps', 'k1', retention => '6h', lease => '1000 days');
+SELECT outcome FROM idem_claim_many('acme', 'POST /caps', ARRAY['k1'], retention => '6h', lease => '13 hours');
+SET idem.lease = '13h';
+SELECT outcome FROM idem_claim('acme', 'POST /caps', 'k1', retention => '6h');
+RESET idem.lease;
+SET idem.max_lease = '10min';
 -- nothing was written
 SELECT count(*) FROM idem_record WHERE endpoint = 'POST /caps';
 
