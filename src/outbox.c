@@ -485,6 +485,27 @@ expiry(TimestampTz now)
 }
 
 /*
+ * Find the version of key's message that snapshot shows, into the slot;
+ * false if it shows none
+ */
+static bool
+find_key(Outbox *ob, const IdemKey *key, Snapshot snapshot)
+{
+	ScanKeyData skeys[3];
+	IndexScanDesc scan;
+	bool		found;
+
+	text_key(&skeys[0], 1, key->tenant);
+	text_key(&skeys[1], 2, key->endpoint);
+	text_key(&skeys[2], 3, key->key);
+	scan = idem_index_beginscan(ob->rel, ob->index[I_KEY], snapshot, 3);
+	index_rescan(scan, skeys, 3, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, ob->slot);
+	index_endscan(scan);
+	return found;
+}
+
+/*
  * Insert the message unless its key exists.  The speculative insertion
  * comes first: most keys are new, and a duplicate costs a killed tuple.
  */
@@ -547,11 +568,14 @@ enqueue(Outbox *ob, const NewMessage *nm, Enqueued *out)
 		 * Under REPEATABLE READ or SERIALIZABLE the snapshot may not show
 		 * the message that holds the key: answering duplicate would say
 		 * what the transaction cannot see, so it fails as an INSERT into a
-		 * unique index that another transaction filled meanwhile does
+		 * unique index that another transaction filled meanwhile does.  A
+		 * message whose newest version it cannot see (a take since) it may
+		 * see in an older one: then the answer is that version's.
 		 */
 		if (IsolationUsesXactSnapshot() &&
 			!table_tuple_satisfies_snapshot(ob->rel, ob->slot,
-											GetActiveSnapshot()))
+											GetActiveSnapshot()) &&
+			!find_key(ob, &nm->key, GetActiveSnapshot()))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent enqueue of idem key \"%s\" of topic \"%s\"",
@@ -1178,8 +1202,6 @@ idem_message(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	IdemKey		key;
-	ScanKeyData skeys[3];
-	IndexScanDesc scan;
 	Outbox		ob;
 
 	key.tenant = key_part_from_arg(fcinfo, 0, "tenant");
@@ -1191,12 +1213,7 @@ idem_message(PG_FUNCTION_ARGS)
 		elog(ERROR, "incorrect number of output arguments");
 
 	outbox_open(&ob, false);
-	text_key(&skeys[0], 1, key.tenant);
-	text_key(&skeys[1], 2, key.endpoint);
-	text_key(&skeys[2], 3, key.key);
-	scan = idem_index_beginscan(ob.rel, ob.index[I_KEY], GetActiveSnapshot(), 3);
-	index_rescan(scan, skeys, 3, NULL, 0);
-	if (index_getnext_slot(scan, ForwardScanDirection, ob.slot))
+	if (find_key(&ob, &key, GetActiveSnapshot()))
 	{
 		Message		m;
 		Datum		row[10];
@@ -1217,7 +1234,6 @@ idem_message(PG_FUNCTION_ARGS)
 		nulls[9] = nulls[9] || !m.finished;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
 	}
-	index_endscan(scan);
 	outbox_close(&ob);
 	return (Datum) 0;
 }
