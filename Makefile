@@ -24,8 +24,8 @@ DATA = $(wildcard idem--*.sql)
 # must have idem in shared_preload_libraries).  "make test" runs them too,
 # each against a temporary server of its own, with pgTAP and the HTTP
 # example besides.
-REGRESS = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
-REGRESS_OPTS = --inputdir=test --temp-config=test/idem.conf
+REGRESS = $(sort $(patsubst sql/%.sql,%,$(wildcard sql/*.sql)))
+REGRESS_OPTS = --temp-config=test/idem.conf
 ISOLATION = $(sort $(patsubst test/isolation/specs/%.spec,%,\
 	$(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=idem \

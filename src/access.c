@@ -57,8 +57,8 @@
 
 #include "access.h"
 #include "compat.h"
+#include "extension.h"
 #include "settings.h"
-#include "tenant.h"
 
 
 /*

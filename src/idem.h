@@ -5,7 +5,7 @@
  *	  else: each room declares what others may call in a header of its own.
  *
  * A request flows one way, and the #include lines show it: the SQL entry
- * points (api.c: api.h, protocol.h) check arguments and hand a key to the
+ * points (api.c, outbox.c: args.h, protocol.h) check arguments and hand a key to the
  * protocol (protocol.c: record.h, stats.h, wait.h), which decides over a
  * record's state and asks the record room (record.c, record_sql.c:
  * record_way.h, access.h), the only code that knows idem_record's columns,

@@ -94,7 +94,8 @@
 #include "utils/tuplestore.h"
 
 #include "access.h"
-#include "api.h"
+#include "args.h"
+#include "extension.h"
 #include "fingerprint.h"
 #include "outbox.h"
 #include "protocol.h"

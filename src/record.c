@@ -110,7 +110,6 @@
 
 #include "access.h"
 #include "record_way.h"
-#include "tenant.h"
 
 /* idem_record's columns, found by name when the table is looked up */
 #define RECORD_COLUMNS(X) \

@@ -69,10 +69,10 @@
 #include "utils/syscache.h"
 
 #include "access.h"
+#include "extension.h"
 #include "keylock.h"
 #include "record_way.h"
 #include "settings.h"
-#include "tenant.h"
 
 typedef enum RecordPlan
 {

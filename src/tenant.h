@@ -10,7 +10,6 @@
 
 #include "idem.h"
 
-extern Oid	idem_extension_schema(void);
 extern void tenant_check(const text *tenant);
 extern text *tenant_bound(void);
 

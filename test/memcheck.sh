@@ -42,9 +42,9 @@ chmod +x "$OUT/bin/postgres"
 say "pg_regress with every server process under Valgrind (slow)"
 "$PG_PGXSDIR/src/test/regress/pg_regress" \
 	--temp-instance="$OUT/regress" --temp-config=test/idem.conf \
-	--bindir="$OUT/bin" --inputdir=test --outputdir="$OUT/regress_out" \
+	--bindir="$OUT/bin" --inputdir=. --outputdir="$OUT/regress_out" \
 	--dbname=idem_memcheck \
-	$(cd test/sql && ls *.sql | sed 's/\.sql$//') || status=1
+	$(cd sql && ls *.sql | sed 's/\.sql$//') || status=1
 errors=$(cat "$OUT"/valgrind/*.log 2>/dev/null | grep -c '^==[0-9]*== [A-Z]')
 processes=$(ls "$OUT"/valgrind | wc -l)
 if [ "$errors" -eq 0 ]; then

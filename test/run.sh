@@ -6,7 +6,7 @@
 # the postgres user in a copy of the tree, because PostgreSQL refuses to run
 # as root.  As any other user it builds idem, installs it into a private
 # copy of the PostgreSQL installation (tmp_install/), and runs:
-#   pg_regress   test/sql/*.sql against test/expected/*.out
+#   pg_regress   sql/*.sql against expected/*.out
 #   isolation    test/isolation/specs/*.spec against test/isolation/expected
 #   pgTAP        test/pgtap/*.sql through pg_prove
 #   HTTP         test/http/e2e.test.js, the example service (Node.js)
@@ -35,7 +35,7 @@
 #   IDEM_TEST_SUITES="regress isolation"    which suites, of: version
 #                                           regress isolation pgtap http
 #                                           clients tap citus
-#   IDEM_TEST_REGRESS="claim errors"        which test/sql/*.sql files
+#   IDEM_TEST_REGRESS="claim errors"        which sql/*.sql files
 #   IDEM_TEST_ISOLATION="claim-race"        which specs
 #   IDEM_TEST_TAP="001_worker"              which test/t/*.pl scripts
 #   IDEM_TEST_CITUS="041_citus"             which test/citus/*.pl scripts
@@ -155,6 +155,18 @@ if want version; then
 	fi
 fi
 
+# the rooms of src/ include each other one way (test/include_graph.py)
+if want version; then
+	if graph=$(python3 test/include_graph.py src); then
+		say "includes: no circle among the rooms of src/"
+		passed=$((passed + 1))
+	else
+		echo "$graph" | grep '^circle:'
+		say "includes: the rooms of src/ include each other in a circle"
+		failed=$((failed + 1))
+	fi
+fi
+
 # count_regress LOG: add a pg_regress run's result to the totals
 count_regress() {
 	local log=$1 n
@@ -212,14 +224,14 @@ pick() {
 	done
 }
 
-# pg_regress: one file per concern in test/sql/
+# pg_regress: one file per concern in sql/
 if want regress; then
 	say "pg_regress"
 	"$PG_PGXSDIR/src/test/regress/pg_regress" \
 		--temp-instance="$OUT/regress" --temp-config=test/idem.conf \
-		--bindir="$BIN" --inputdir=test --outputdir="$OUT/regress_out" \
+		--bindir="$BIN" --inputdir=. --outputdir="$OUT/regress_out" \
 		--dbname=idem_regress \
-		$(pick "${IDEM_TEST_REGRESS:-}" $(cd test/sql && ls *.sql | sed 's/\.sql$//')) 2>&1 |
+		$(pick "${IDEM_TEST_REGRESS:-}" $(cd sql && ls *.sql | sed 's/\.sql$//')) 2>&1 |
 		tee "$OUT/regress.log"
 	count_regress "$OUT/regress.log"
 	[ -f "$OUT/regress_out/regression.diffs" ] && cat "$OUT/regress_out/regression.diffs"

@@ -1,13 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * api.h
- *	  The argument checks of the SQL-callable functions that outbox.c's
- *	  functions share with api.c's.
+ * args.h
+ *	  The argument checks that api.c and outbox.c share: args.c.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef IDEM_API_H
-#define IDEM_API_H
+#ifndef IDEM_ARGS_H
+#define IDEM_ARGS_H
 
 #include "idem.h"
 
@@ -28,16 +27,29 @@ name(PG_FUNCTION_ARGS) \
 } \
 extern int no_such_variable
 
+/* Whether an optional argument is not NULL */
+static inline bool
+arg_given(FunctionCallInfo fcinfo, int argno)
+{
+	return !PG_ARGISNULL(argno);
+}
+
 extern void require_not_null(FunctionCallInfo fcinfo, int argno,
 							 const char *name);
 extern text *check_key_part(text *part, const char *name);
 extern text *key_part_from_arg(FunctionCallInfo fcinfo, int argno,
 							   const char *name);
 extern int32 check_status(int32 status);
+extern int32 status_from_arg(FunctionCallInfo fcinfo, int argno);
+extern bytea *body_from_arg(FunctionCallInfo fcinfo, int argno, bool jsonb);
+extern void check_body_size(const char *what, bytea *body);
+extern void check_response_size(bytea *body, Jsonb *headers);
 extern Jsonb *check_headers(Jsonb *headers);
+extern Jsonb *headers_from_arg(FunctionCallInfo fcinfo, int argno);
 extern int32 check_attempt(int32 attempt);
+extern bool attempt_from_arg(FunctionCallInfo fcinfo, int argno,
+							 int32 *attempt);
 extern bool bool_from_arg(FunctionCallInfo fcinfo, int argno,
 						  const char *name);
-extern void check_body_size(const char *what, bytea *body);
 
-#endif							/* IDEM_API_H */
+#endif							/* IDEM_ARGS_H */
