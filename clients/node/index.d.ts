@@ -12,6 +12,8 @@ export interface Scope {
   wait?: boolean | number;
   /** the claim's lease: milliseconds or a PostgreSQL interval ('30 seconds') */
   lease?: number | string;
+  /** the schema of the extension (CREATE EXTENSION idem SCHEMA ...); default: the search_path finds it */
+  schema?: string | null;
 }
 
 export type Headers = Record<string, string | string[]>;
@@ -49,24 +51,30 @@ export function withIdempotency(
   fn: (client: PoolClient) => Promise<Response> | Response,
 ): Promise<Result>;
 
-/** What `request.idem` / `req.idem` holds for a claimed request. */
-export interface IdemRequest {
-  /** the claim's transaction: run the handler's writes here (null in external mode) */
+/**
+ * What `request.idem` / `req.idem` holds on a route where idem applies: a
+ * client in the request's transaction, and the claim if the request has a key.
+ */
+export type IdemRequest = {
+  /** the request's transaction: run the handler's writes here (null in external mode) */
   client: PoolClient | null;
-  tenant: string;
   endpoint: string;
-  key: string;
-  attempt: number;
-  expiresAt: Date;
-  outcome: 'claimed';
-}
+} & (
+  | { outcome: 'claimed'; tenant: string; key: string; attempt: number; expiresAt: Date }
+  /**
+   * no key (not required): nothing is claimed nor stored; the transaction
+   * commits before the answer is sent, unless its status is 500 or more or
+   * the handler threw
+   */
+  | { outcome: 'none'; tenant: null; key: null; attempt: null; expiresAt: null }
+);
 
 export interface HttpOptions<Req = any> {
   /** a pg Pool, or a function of the request that picks one */
   pool: Pool | ((request: Req) => Pool);
-  /** the tenant of a request (from its credentials), or a constant */
+  /** the tenant of a request with a key (from its credentials), or a constant */
   tenant: string | ((request: Req) => string | Promise<string>);
-  /** a request without the key gets 400 (default false: it runs without idem) */
+  /** a request without the key gets 400 (default false: it runs, and nothing is claimed) */
   required?: boolean;
   /** the key's header (default Idempotency-Key) */
   header?: string;
@@ -74,12 +82,21 @@ export interface HttpOptions<Req = any> {
   wait?: boolean | number;
   /** the claim's lease: milliseconds or a PostgreSQL interval */
   lease?: number | string;
-  /** Retry-After of a 409, in seconds (default 1) */
+  /** Retry-After of a 409 or a 503, in seconds (default 1) */
   retryAfter?: number;
   /** the methods that take a key (default POST, PATCH) */
   methods?: string[];
   /** the request's fingerprint; false: none; default method + path + canonical body */
   fingerprint?: false | null | ((request: Req) => Buffer | string | null);
+  /** the schema of the extension (CREATE EXTENSION idem SCHEMA ...); default: the search_path finds it */
+  schema?: string | null;
+  /**
+   * an answer that could not be stored (or a transaction that could not
+   * commit: `err.code` its SQLSTATE), and in Express a handler that threw a
+   * 5xx; default: logged with the key and the SQLSTATE (fastify
+   * request.log.error, Express console.error)
+   */
+  onError?: (err: Error & { code?: string }, request: Req & { idem: IdemRequest }) => void;
 }
 
 /** fastify route option `config.idem`: false, or overrides for the route */
@@ -96,9 +113,20 @@ export declare const fastify: {
   (app: any, options: HttpOptions, done: (err?: Error) => void): void;
 };
 
-/** The Express middleware. */
-export function express(options: HttpOptions & { onError?: (err: Error, req: any) => void }):
-  (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;
+/** The Express middleware, and the wrapper of its routes' handlers. */
+export interface ExpressMiddleware {
+  (req: any, res: any, next: (err?: unknown) => void): Promise<void>;
+  /**
+   * A route's handler, async or not: what it throws or rejects with is
+   * answered as problem+json and recorded (Express 4 ignores the promise a
+   * handler returns: without this, a rejection stops the process).
+   */
+  handler(fn: (req: any, res: any, next: (err?: unknown) => void) => unknown):
+    (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;
+}
+
+/** The Express middleware: mount it per route, after the body parser. */
+export function express(options: HttpOptions): ExpressMiddleware;
 
 /** JSON with object keys sorted at every level. */
 export function canonicalJson(value: unknown): string;
@@ -126,6 +154,8 @@ export interface EnqueueOptions {
   maxAttempts?: number | null;
   /** false: a lease that runs out makes the message `unknown` instead of due again (default true) */
   redeliver?: boolean;
+  /** the schema of the extension (CREATE EXTENSION idem SCHEMA ...); default: the search_path finds it */
+  schema?: string | null;
 }
 
 /** What idem_enqueue answered. */
@@ -184,6 +214,8 @@ interface DispatcherCommon {
   pollInterval?: number;
   /** default console */
   logger?: Logger;
+  /** the schema of the extension (CREATE EXTENSION idem SCHEMA ...); default: the search_path finds it */
+  schema?: string | null;
 }
 
 export interface Logger {

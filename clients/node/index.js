@@ -2,7 +2,8 @@
 //
 //   const idem = require('pg-idem');
 //   app.register(idem.fastify, { pool, tenant: (request) => request.user.tenant });  // fastify
-//   app.post('/orders', express.json(), idem.express({ pool, tenant }), handler);     // Express
+//   const idempotent = idem.express({ pool, tenant });                                // Express
+//   app.post('/orders', express.json(), idempotent, idempotent.handler(async (req, res) => ...));
 //   const r = await idem.withIdempotency(pool, { tenant, endpoint, key }, async (client) => ...);
 //   await idem.enqueue(client, { tenant, topic, key, payload });   // the outbox, in your transaction
 //   idem.createDispatcher({ pool, topic, url }).start();           // delivers it
@@ -26,6 +27,9 @@ const outbox = require('./lib/outbox');
  * - replay: fn does not run; the stored response comes back.
  * - in_progress, mismatch, unknown: throws an IdemError with `.outcome`.
  *
+ * `scope.schema` names the extension's schema where the search_path does
+ * not find it.
+ *
  * @param {import('pg').Pool} pool
  * @param {import('.').Scope} scope
  * @param {(client: import('pg').PoolClient) => Promise<import('.').Response>} fn
@@ -33,8 +37,9 @@ const outbox = require('./lib/outbox');
  */
 async function withIdempotency(pool, scope, fn) {
   const { tenant, endpoint, key } = scope;
+  const schema = scope.schema ?? null;
   const waitTimeout = scope.wait === true ? 10000 : Number(scope.wait || 0);
-  const { client, claim } = await core.begin(pool, { tenant, endpoint, key }, {
+  const { client, claim } = await core.begin(pool, { schema, tenant, endpoint, key }, {
     fingerprint: fingerprintArg(scope.fingerprint), wait: waitTimeout > 0, waitTimeout, lease: scope.lease,
   });
   if (claim.outcome === 'replay') {
@@ -53,11 +58,11 @@ async function withIdempotency(pool, scope, fn) {
     try {
       response = normalize(await fn(client));
     } catch (err) {
-      await core.finishClaim(client, claim, { tenant, endpoint, key }, { status: 500, body: null }, { store: false });
+      await core.finishClaim(client, claim, { schema, tenant, endpoint, key }, { status: 500, body: null }, { store: false });
       await client.query('COMMIT');
       throw err;
     }
-    const verdict = await core.finishClaim(client, claim, { tenant, endpoint, key }, response);
+    const verdict = await core.finishClaim(client, claim, { schema, tenant, endpoint, key }, response);
     await client.query('COMMIT');
     return {
       outcome: 'claimed', status: response.status, headers: response.headers, body: response.body,

@@ -123,8 +123,9 @@ function checkKey(value, header) {
   if (Array.isArray(value)) {
     return { problem: problem(400, `send one ${header} header, not ${value.length}`, 'idempotency-key-invalid') };
   }
-  if (value === undefined) return {};
-  if (value === '') return { problem: problem(400, `the ${header} header is empty`, 'idempotency-key-invalid') };
+  // an empty header is no key, as in pg-idem for Python: the request runs
+  // without a claim, or is refused where the key is required
+  if (value === undefined || value === '') return {};
   if (Buffer.byteLength(value) > MAX_KEY_LENGTH) {
     return { problem: problem(400, `the ${header} header is longer than ${MAX_KEY_LENGTH} characters`, 'idempotency-key-invalid') };
   }
@@ -170,6 +171,21 @@ function outcomeAnswer(claim, { retryAfter }) {
   }
 }
 
+/**
+ * The prefix that qualifies idem's functions with the schema the extension
+ * was created in (`CREATE EXTENSION idem SCHEMA api`): `"api".`, quoted as
+ * an identifier; none (the search_path decides) when no schema is given.
+ * @param {string|null|undefined} schema
+ * @returns {string}
+ */
+function qualifier(schema) {
+  if (schema === undefined || schema === null) return '';
+  if (typeof schema !== 'string' || schema === '') {
+    throw new TypeError('pg-idem: the schema option must be a non-empty string');
+  }
+  return `"${schema.replace(/"/g, '""')}".`;
+}
+
 /** A PostgreSQL interval for a number of milliseconds, or a string as given. */
 function interval(v) {
   if (v === undefined || v === null) return null;
@@ -181,7 +197,7 @@ function interval(v) {
  * @param {import('pg').ClientBase} client
  * @returns {Promise<object>} the row of idem_claim
  */
-async function claimKey(client, { tenant, endpoint, key, fingerprint, wait, waitTimeout, lease }) {
+async function claimKey(client, { schema, tenant, endpoint, key, fingerprint, wait, waitTimeout, lease }) {
   let previous = null;
   if (wait) {
     // lock_timeout bounds the wait for an uncommitted claim, wait_timeout
@@ -195,7 +211,7 @@ async function claimKey(client, { tenant, endpoint, key, fingerprint, wait, wait
   try {
     const { rows: [row] } = await client.query(
       `SELECT outcome, status, body, headers, attempt, expires_at
-         FROM idem_claim($1, $2, $3, $4::bytea, wait => $5, lease => $6::interval,
+         FROM ${qualifier(schema)}idem_claim($1, $2, $3, $4::bytea, wait => $5, lease => $6::interval,
                          wait_timeout => $7::interval)`,
       [tenant, endpoint, key, fp, Boolean(wait), interval(lease), wait ? interval(waitTimeout) : null]);
     if (previous !== null) await client.query(`SELECT set_config('lock_timeout', $1, true)`, [previous]);
@@ -218,18 +234,19 @@ async function claimKey(client, { tenant, endpoint, key, fingerprint, wait, wait
  * `rollback` rolls the handler's writes back whatever the status.
  * @returns {Promise<'stored'|'retryable'>}
  */
-async function finishClaim(client, claim, { tenant, endpoint, key }, response, { store, rollback } = {}) {
+async function finishClaim(client, claim, { schema, tenant, endpoint, key }, response, { store, rollback } = {}) {
   const { status } = response;
   const body = responseBytes(response.body);
   const headers = JSON.stringify(response.headers || {});
   const keep = store ?? status < 500;
   if (!keep || rollback) await client.query('ROLLBACK TO SAVEPOINT idem_handler');
   if (keep && status < 400) {
-    await client.query('SELECT idem_complete($1, $2, $3, $4, $5::bytea, attempt => $6, headers => $7::jsonb)',
+    await client.query(
+      `SELECT ${qualifier(schema)}idem_complete($1, $2, $3, $4, $5::bytea, attempt => $6, headers => $7::jsonb)`,
       [tenant, endpoint, key, status, body, claim.attempt, headers]);
   } else {
     await client.query(
-      'SELECT idem_fail($1, $2, $3, $4, $5::bytea, retryable => $6, attempt => $7, headers => $8::jsonb)',
+      `SELECT ${qualifier(schema)}idem_fail($1, $2, $3, $4, $5::bytea, retryable => $6, attempt => $7, headers => $8::jsonb)`,
       [tenant, endpoint, key, status, body, !keep, claim.attempt, headers]);
   }
   return keep ? 'stored' : 'retryable';
@@ -238,12 +255,14 @@ async function finishClaim(client, claim, { tenant, endpoint, key }, response, {
 /**
  * Open a transaction on a client of the pool and claim.  Resolves to the
  * client (still in the transaction) and the claim; for `claimed`, a
- * savepoint "idem_handler" follows the claim.
+ * savepoint "idem_handler" follows the claim.  A scope without a key
+ * claims nothing: the claim is null and the transaction is the handler's.
  */
 async function begin(pool, scope, opts) {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
+    if (scope.key === null) return { client, claim: null };
     const claim = await claimKey(client, { ...scope, ...opts });
     if (claim.outcome === 'claimed') {
       await client.query('SAVEPOINT idem_handler');
@@ -256,6 +275,112 @@ async function begin(pool, scope, opts) {
     client.release();
     throw e;
   }
+}
+
+/** The SQLSTATE of an error the server raised; null for any other error. */
+function sqlstateOf(err) {
+  const code = err && err.code;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : null;
+}
+
+/**
+ * Whether a failed store or commit may succeed when tried again: no answer
+ * from the server (a broken connection: no SQLSTATE), or SQLSTATE class 08
+ * (connection), 40 (serialization, deadlock), 53 (resources), 57 (operator
+ * intervention, shutdown) or 58 (system), or 55P03 (lock timeout).  Anything
+ * else (54000, a response over idem.max_body_size, say) fails again.
+ */
+function isTransient(err) {
+  const code = sqlstateOf(err);
+  return code === null || /^(08|40|53|57|58)/.test(code) || code === '55P03';
+}
+
+/**
+ * The answer to a request whose transaction could not be stored or
+ * committed, everything in it rolled back.  A transient failure: 503, retry
+ * (under a key a retry is safe even if a lost connection hid a commit).
+ * Any other: 500, not retryable, and for a claim that failure is recorded
+ * under the key (idem_fail, not retryable, in a transaction of its own), so
+ * that a retry replays it instead of running the handler again to fail the
+ * same way.
+ * @param {{client: import('pg').ClientBase, claim: object|null, scope: object, fingerprint: unknown,
+ *          retryAfter: number}} tx
+ * @param {Error} err
+ */
+async function failureAnswer(tx, err) {
+  const what = tx.claim ? 'the response could not be stored' : 'the transaction could not be committed';
+  if (isTransient(err)) {
+    return problem(503, `${what}; retry the request`, 'idempotency-store-failed',
+      { 'Retry-After': String(tx.retryAfter) });
+  }
+  const answer = problem(500, `${what} (SQLSTATE ${err.code}), and nothing was done${
+    tx.claim ? '; a retry with this key gets this answer again' : ''}`, 'idempotency-store-failed');
+  if (tx.claim) {
+    try {
+      await tx.client.query('BEGIN');
+      const claim = await claimKey(tx.client, { ...tx.scope, fingerprint: tx.fingerprint });
+      if (claim.outcome === 'claimed') {
+        await finishClaim(tx.client, claim, tx.scope, answer, { store: true });
+        await tx.client.query('COMMIT');
+      } else {
+        await tx.client.query('ROLLBACK');
+      }
+    } catch (e) {
+      // the key stays claimable: the answer still says what happened
+      await tx.client.query('ROLLBACK').catch(() => {});
+      tx.report(e, 'recording that the response could not be stored failed');
+    }
+  }
+  return answer;
+}
+
+/**
+ * Settle a request's transaction once the handler's response is known,
+ * before a byte of it is sent, and give the client back to its pool.  With
+ * a claim: finishClaim and COMMIT.  Without one: COMMIT, or ROLLBACK when
+ * the status is 500 or more or the handler threw.  `thrown` is the error
+ * the handler threw (undefined: none).  Resolves to null (send the response)
+ * or, when that failed, to the problem answer to send instead; `tx.report`
+ * gets the error first.
+ */
+async function settle(tx, response, thrown) {
+  const { client } = tx;
+  try {
+    try {
+      if (tx.claim) {
+        await finishClaim(client, tx.claim, tx.scope, response,
+          thrown === undefined ? {} : { store: isStoredError(thrown), rollback: true });
+        await client.query('COMMIT');
+      } else {
+        await client.query(thrown === undefined && response.status < 500 ? 'COMMIT' : 'ROLLBACK');
+      }
+      return null;
+    } catch (e) {
+      await client.query('ROLLBACK').catch(() => {});
+      tx.report(e, tx.claim ? 'storing the response failed' : 'committing the transaction failed');
+      return await failureAnswer(tx, e);
+    }
+  } finally {
+    client.release();
+  }
+}
+
+/**
+ * The problem+json answer to an error a handler threw, with `status` (by
+ * default the one the error asks for).  A 4xx says the error's message: the
+ * handler raised it for the client; a 5xx says nothing of its internals.
+ */
+function thrownProblem(err, status = errorStatus(err)) {
+  return status < 500
+    ? problem(status, String((err && err.message) || http.STATUS_CODES[status]), 'request-failed')
+    : problem(status, 'the request failed, and nothing was done', 'request-failed');
+}
+
+/** One line about a failed request for a log: the key, and the SQLSTATE and message, or the stack. */
+function failureLine(what, err, idem) {
+  const who = idem ? `${idem.endpoint} ${idem.key === null ? 'without a key' : `key ${idem.key}`}` : 'a request';
+  const code = sqlstateOf(err);
+  return `pg-idem: ${who}: ${what}: ${code ? `SQLSTATE ${code}: ${err.message}` : String((err && err.stack) || err)}`;
 }
 
 /**
@@ -280,6 +405,10 @@ function isStoredError(err) {
 function httpOptions(options = {}) {
   if (!options.pool) throw new TypeError('pg-idem: the pool option is required');
   if (options.tenant === undefined) throw new TypeError('pg-idem: the tenant option is required');
+  if (options.onError !== undefined && typeof options.onError !== 'function') {
+    throw new TypeError('pg-idem: the onError option must be a function');
+  }
+  qualifier(options.schema);  // a schema it cannot name is refused now, not at the first request
   const waitTimeout = options.wait === true ? 10000 : Number(options.wait || 0);
   return {
     pool: typeof options.pool === 'function' && typeof options.pool.connect !== 'function'
@@ -293,6 +422,8 @@ function httpOptions(options = {}) {
     retryAfter: options.retryAfter ?? 1,
     methods: new Set((options.methods || ['POST', 'PATCH']).map((m) => m.toUpperCase())),
     fingerprint: options.fingerprint,
+    schema: options.schema ?? null,
+    onError: options.onError,
   };
 }
 
@@ -314,6 +445,6 @@ function requestFingerprint(opts, request, method, path, body) {
 
 module.exports = {
   MAX_KEY_LENGTH, IdemError, canonicalJson, fingerprintOf, responseBytes, storableHeaders,
-  checkKey, problem, outcomeAnswer, claimKey, finishClaim, begin, errorStatus, isStoredError,
-  httpOptions, tenantOf, requestFingerprint, interval,
+  checkKey, problem, outcomeAnswer, claimKey, finishClaim, begin, settle, failureAnswer, thrownProblem,
+  failureLine, errorStatus, isStoredError, httpOptions, tenantOf, requestFingerprint, interval, qualifier,
 };

@@ -1,16 +1,19 @@
-// pg-idem/lib/express.js: the Express middleware.
+// pg-idem/lib/express.js: the Express middleware, and the wrapper of async
+// handlers that Express 4 needs (it ignores the promise a handler returns).
 //
-//   app.post('/items/:id', express.json(), idem.express({ pool, tenant: (req) => 'acme' }),
-//     async (req, res) => {
-//       await req.idem.client.query('INSERT ...');   // the claim's transaction
-//       res.status(201).json({ ok: true });           // stored, committed, then sent
-//     });
+//   const idempotent = idem.express({ pool, tenant: (req) => 'acme' });
+//   app.post('/items/:id', express.json(), idempotent, idempotent.handler(async (req, res) => {
+//     await req.idem.client.query('INSERT ...');   // the request's transaction
+//     res.status(201).json({ ok: true });           // stored, committed, then sent
+//   }));
 //
 // Mounted per route (after the body parser), the endpoint is the route's
 // template (`POST /items/:id`); mounted with app.use, the path.
 'use strict';
 
 const core = require('./core');
+
+const kState = Symbol('pg-idem.state');
 
 function sendAnswer(res, { status, headers, body }) {
   res.statusCode = status;
@@ -27,16 +30,21 @@ function responseHeaders(res) {
 /**
  * Hold the response back until it is stored: write, writeHead and end
  * collect it; once end is called, `store(response)` runs, and only then is
- * the response sent, whole, by the real methods.
+ * the response sent, whole, by the real methods.  Until then,
+ * `state.replace(answer)` drops what was written and answers that instead.
  */
-function holdResponse(res, store) {
+function holdResponse(res, state, store) {
   const real = { write: res.write, end: res.end, writeHead: res.writeHead };
   const chunks = [];
   const push = (chunk, encoding) => {
     if (chunk === undefined || chunk === null || typeof chunk === 'function') return;
     chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk, typeof encoding === 'string' ? encoding : 'utf8'));
   };
-  let ended = false;
+  state.replace = (answer) => {
+    chunks.length = 0;
+    for (const name of res.getHeaderNames()) res.removeHeader(name);
+    sendAnswer(res, answer);
+  };
   res.writeHead = function writeHead(status, reason, headers) {
     res.statusCode = status;
     const h = typeof reason === 'string' ? headers : reason;
@@ -55,8 +63,8 @@ function holdResponse(res, store) {
     return true;
   };
   res.end = function end(chunk, encoding, cb) {
-    if (ended) return res;
-    ended = true;
+    if (state.answered) return res;
+    state.answered = true;
     push(chunk, encoding);
     const done = [chunk, encoding, cb].find((a) => typeof a === 'function');
     const isHead = res.req && res.req.method === 'HEAD';
@@ -78,64 +86,64 @@ function holdResponse(res, store) {
 }
 
 /**
- * The Express middleware.
+ * The Express middleware; its `handler(fn)` wraps a route's handler.
  * @param {import('..').HttpOptions} options
- * @returns {(req: any, res: any, next: (err?: unknown) => void) => Promise<void>}
+ * @returns {import('..').ExpressMiddleware}
  */
 function idemExpress(options) {
   const opts = core.httpOptions(options);
   const headerLower = opts.header.toLowerCase();
+  const report = (what, err, req) => {
+    if (opts.onError) opts.onError(err, req);
+    else console.error(core.failureLine(what, err, req.idem));
+  };
 
-  return async function pgIdem(req, res, next) {
+  async function pgIdem(req, res, next) {
     let client = null;
     try {
       if (!opts.methods.has(req.method)) { next(); return; }
-      const { key, problem } = core.checkKey(req.headers[headerLower], opts.header);
+      const { key = null, problem } = core.checkKey(req.headers[headerLower], opts.header);
       if (problem) { sendAnswer(res, problem); return; }
-      if (!key) {
-        if (opts.required) {
-          sendAnswer(res, core.problem(400, `this request needs an ${opts.header} header`, 'idempotency-key-missing'));
-        } else {
-          next();
-        }
+      if (key === null && opts.required) {
+        sendAnswer(res, core.problem(400, `this request needs an ${opts.header} header`, 'idempotency-key-missing'));
         return;
       }
       const template = req.route && typeof req.route.path === 'string'
         ? `${req.baseUrl || ''}${req.route.path}` : `${req.baseUrl || ''}${req.path}`;
-      const scope = { tenant: await core.tenantOf(opts, req), endpoint: `${req.method} ${template}`, key };
-      const fingerprint = core.requestFingerprint(opts, req, req.method, req.originalUrl || req.url, req.body);
+      const scope = {
+        schema: opts.schema,
+        tenant: key === null ? null : await core.tenantOf(opts, req),
+        endpoint: `${req.method} ${template}`,
+        key,
+      };
+      const fingerprint = key === null ? null
+        : core.requestFingerprint(opts, req, req.method, req.originalUrl || req.url, req.body);
       const begun = await core.begin(opts.pool(req), scope, {
         fingerprint, wait: opts.wait, waitTimeout: opts.waitTimeout, lease: opts.lease,
       });
       client = begun.client;
       const { claim } = begun;
-      if (claim.outcome !== 'claimed') {
+      if (claim && claim.outcome !== 'claimed') {
         client.release();
         client = null;
         sendAnswer(res, core.outcomeAnswer(claim, opts));
         return;
       }
-      const held = client;
+      const tx = {
+        client, claim, scope, fingerprint, retryAfter: opts.retryAfter,
+        report: (e, what) => report(what, e, req),
+      };
       client = null;
+      const state = { thrown: undefined, answered: false };
+      req[kState] = state;
       req.idem = {
-        client: held, tenant: scope.tenant, endpoint: scope.endpoint, key,
-        attempt: claim.attempt, expiresAt: claim.expires_at, outcome: 'claimed',
+        client: tx.client, tenant: scope.tenant, endpoint: scope.endpoint, key,
+        attempt: claim ? claim.attempt : null, expiresAt: claim ? claim.expires_at : null,
+        outcome: claim ? 'claimed' : 'none',
       };
       // the response is stored and committed before a byte of it is sent,
       // so that a retry sent the instant it arrives gets the replay
-      holdResponse(res, async (response) => {
-        try {
-          await core.finishClaim(held, claim, scope, response);
-          await held.query('COMMIT');
-          return null;
-        } catch (e) {
-          await held.query('ROLLBACK').catch(() => {});
-          if (typeof opts.onError === 'function') opts.onError(e, req);
-          return core.problem(500, 'the response could not be stored; retry the request', 'idempotency-store-failed');
-        } finally {
-          held.release();
-        }
-      });
+      holdResponse(res, state, (response) => core.settle(tx, response, state.thrown));
       next();
     } catch (e) {
       if (client) {
@@ -144,7 +152,34 @@ function idemExpress(options) {
       }
       next(e);
     }
+  }
+
+  /**
+   * A route handler that may be async: what it throws or rejects with is
+   * answered (problem+json, the status the error asks for, else 500) and,
+   * under a key, recorded as a thrown error is: a 4xx stored, a 5xx
+   * retryable; the handler's writes are rolled back either way.
+   */
+  pgIdem.handler = function handler(fn) {
+    if (typeof fn !== 'function') throw new TypeError('pg-idem: handler() takes the route\'s handler');
+    return async function idemHandler(req, res, next) {
+      try {
+        await fn(req, res, next);
+      } catch (err) {
+        const state = req[kState];
+        if (!state && res.headersSent) { next(err); return; }
+        const answer = core.thrownProblem(err);
+        if (answer.status >= 500) report('the handler failed', err, req);
+        if (!state) { sendAnswer(res, answer); return; }
+        // an answer already given is being stored: it stands
+        if (state.answered) return;
+        state.thrown = err;
+        state.replace(answer);
+      }
+    };
   };
+
+  return pgIdem;
 }
 
 module.exports = idemExpress;

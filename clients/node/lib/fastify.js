@@ -2,7 +2,7 @@
 //
 //   app.register(idem.fastify, { pool, tenant: (request) => 'acme' });
 //   app.post('/items/:id', async (request, reply) => {
-//     await request.idem.client.query('INSERT ...');   // the claim's transaction
+//     await request.idem.client.query('INSERT ...');   // the request's transaction
 //     return reply.code(201).send({ ok: true });         // stored, then sent
 //   });
 //
@@ -65,27 +65,33 @@ function idemFastify(app, options, done) {
       opts.waitTimeout = route.wait === true ? 10000 : Number(route.wait || 0);
       opts.wait = opts.waitTimeout > 0;
     }
-    const { key, problem } = core.checkKey(request.headers[headerLower], base.header);
+    const { key = null, problem } = core.checkKey(request.headers[headerLower], base.header);
     if (problem) return sendAnswer(reply, problem);
-    if (!key) {
-      if (!opts.required) return undefined;
+    if (key === null && opts.required) {
       return sendAnswer(reply, core.problem(400, `this request needs an ${base.header} header`, 'idempotency-key-missing'));
     }
     const scope = {
-      tenant: await core.tenantOf(opts, request),
+      schema: opts.schema,
+      tenant: key === null ? null : await core.tenantOf(opts, request),
       endpoint: `${request.method} ${routeTemplate(request)}`,
       key,
     };
-    const fingerprint = core.requestFingerprint(opts, request, request.method, request.url, request.body);
-    const { client, claim } = await core.begin(opts.pool(request), scope, {
-      fingerprint, wait: opts.wait, waitTimeout: opts.waitTimeout, lease: opts.lease,
-    });
-    if (claim.outcome !== 'claimed') {
+    const external = Boolean(opts.external);
+    const fingerprint = key === null ? null
+      : core.requestFingerprint(opts, request, request.method, request.url, request.body);
+    // external and without a key: nothing to claim, no transaction to hold
+    const { client = null, claim = null } = external && key === null ? {}
+      : await core.begin(opts.pool(request), scope, {
+        fingerprint, wait: opts.wait, waitTimeout: opts.waitTimeout, lease: opts.lease,
+      });
+    if (claim && claim.outcome !== 'claimed') {
       client.release();
       return sendAnswer(reply, core.outcomeAnswer(claim, opts));
     }
-    const state = { client, claim, scope, opts, external: Boolean(opts.external), error: null, done: false };
-    if (state.external) {
+    const state = {
+      client, claim, scope, fingerprint, opts, external, error: null, sent: undefined, done: false,
+    };
+    if (external && client) {
       // the external-call pattern: the claim commits before the handler
       // calls out, so that retries see it (409) meanwhile
       try {
@@ -96,10 +102,17 @@ function idemFastify(app, options, done) {
         state.client = null;
       }
     }
+    // what the reply sends last: an Error is one fastify serializes itself
+    const { send } = reply;
+    reply.send = function trackedSend(payload) {
+      state.sent = payload;
+      return send.call(this, payload);
+    };
     request[kState] = state;
     request.idem = {
       client: state.client, tenant: scope.tenant, endpoint: scope.endpoint, key,
-      attempt: claim.attempt, expiresAt: claim.expires_at, outcome: 'claimed',
+      attempt: claim ? claim.attempt : null, expiresAt: claim ? claim.expires_at : null,
+      outcome: claim ? 'claimed' : 'none',
     };
     return undefined;
   });
@@ -122,57 +135,63 @@ function idemFastify(app, options, done) {
     }
     state.done = true;
     state.storing = true;
-    const body = await payloadBytes(payload);
+    const thrown = state.error === null ? undefined : state.error;
+    let body;
+    if (thrown !== undefined && state.sent === thrown) {
+      // the error handler sent the error itself (fastify's default does):
+      // answer problem+json, not fastify's JSON serialization of the error
+      const p = core.thrownProblem(thrown, reply.statusCode);
+      for (const [name, value] of Object.entries(p.headers)) reply.header(name, value);
+      body = p.body;
+    } else {
+      body = await payloadBytes(payload);
+    }
     const response = {
       status: reply.statusCode,
       headers: core.storableHeaders(Object.entries(reply.getHeaders())),
       body,
     };
-    const thrown = state.error !== null;
-    const store = thrown ? core.isStoredError(state.error) : undefined;
-    try {
-      if (state.external) {
-        // an answer below 500 settles the claim (fenced by its attempt); a
-        // 5xx or a throw leaves it pending: the call may have taken effect,
-        // and reconciliation settles it once the lease runs out
-        if ((store ?? response.status < 500) && !(thrown && !store)) {
-          const client = await state.opts.pool(request).connect();
-          try {
-            await client.query('BEGIN');
-            await client.query('SAVEPOINT idem_handler');
-            await core.finishClaim(client, state.claim, state.scope, response, { store: true });
-            await client.query('COMMIT');
-          } catch (e) {
-            await client.query('ROLLBACK').catch(() => {});
-            throw e;
-          } finally {
-            client.release();
-          }
-        }
-      } else {
-        try {
-          await core.finishClaim(state.client, state.claim, state.scope, response, { store, rollback: thrown });
-          await state.client.query('COMMIT');
-        } catch (e) {
-          await state.client.query('ROLLBACK').catch(() => {});
-          throw e;
-        } finally {
-          state.client.release();
-          state.client = null;
-        }
+    const report = (e, what) => {
+      if (state.opts.onError) state.opts.onError(e, request);
+      else request.log.error({ err: e }, core.failureLine(what, e, request.idem));
+    };
+    const tx = {
+      client: state.client, claim: state.claim, scope: state.scope, fingerprint: state.fingerprint,
+      retryAfter: state.opts.retryAfter, report,
+    };
+    state.client = null;
+    let answer = null;
+    if (!state.external) {
+      answer = await core.settle(tx, response, thrown);
+    } else if (state.claim && (thrown === undefined ? response.status < 500 : core.isStoredError(thrown))) {
+      // an answer below 500 settles the claim (fenced by its attempt); a
+      // 5xx or a throw leaves it pending: the call may have taken effect,
+      // and reconciliation settles it once the lease runs out
+      let client = null;
+      try {
+        client = await state.opts.pool(request).connect();
+        await client.query('BEGIN');
+        await client.query('SAVEPOINT idem_handler');
+        await core.finishClaim(client, state.claim, state.scope, response, { store: true });
+        await client.query('COMMIT');
+      } catch (e) {
+        if (client) await client.query('ROLLBACK').catch(() => {});
+        report(e, 'storing the response failed');
+        // the claim stays pending, to be reconciled: nothing to record
+        answer = core.problem(500, 'the response could not be stored; the request stays to be reconciled',
+          'idempotency-store-failed');
+      } finally {
+        if (client) client.release();
       }
-    } catch (e) {
-      // the response could not be stored: never send an answer that a retry
-      // would not get back
-      state.storing = false;
-      request.log.error({ err: e }, 'pg-idem: storing the response failed');
-      const p = core.problem(500, 'the response could not be stored; retry the request', 'idempotency-store-failed');
-      reply.code(p.status);
-      reply.removeHeader('location');
-      for (const [name, value] of Object.entries(p.headers)) reply.header(name, value);
-      return p.body;
     }
     state.storing = false;
+    if (answer) {
+      // never send an answer that a retry would not get back
+      reply.code(answer.status);
+      for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
+      for (const [name, value] of Object.entries(answer.headers)) reply.header(name, value);
+      return answer.body;
+    }
     return body === null ? payload : body;
   });
 

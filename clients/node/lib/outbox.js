@@ -13,19 +13,19 @@
 'use strict';
 
 const { setTimeout: sleep } = require('node:timers/promises');
-const { responseBytes } = require('./core');
+const { responseBytes, qualifier } = require('./core');
 
-const ENQUEUE_SQL = Object.fromEntries(['bytea', 'text', 'jsonb'].map((type) => [type, `
+const ENQUEUE_SQL = (prefix, type) => `
   SELECT outcome, id, state, created_at
-    FROM idem_enqueue($1, $2, $3, $4::${type}, headers => $5::jsonb, not_before => $6::timestamptz,
-                      ordering_key => $7::text, max_attempts => $8::integer, redeliver => $9::boolean)`]));
+    FROM ${prefix}idem_enqueue($1, $2, $3, $4::${type}, headers => $5::jsonb, not_before => $6::timestamptz,
+                               ordering_key => $7::text, max_attempts => $8::integer, redeliver => $9::boolean)`;
 
-const TAKE_SQL = `
+const TAKE_SQL = (prefix) => `
   SELECT id, tenant, topic, key, payload, headers, attempt, lease_expires_at
-    FROM idem_take($1, max_messages => $2::integer, lease => $3::interval, tenant => $4::text)`;
-const DELIVERED_SQL = 'SELECT idem_delivered($1::bigint, $2::integer, $3::integer, $4::bytea)';
-const RETRY_SQL = 'SELECT idem_retry($1::bigint, $2::integer, $3::text, $4::interval) AS state';
-const DEAD_SQL = 'SELECT idem_dead($1::bigint, $2::integer, $3::text)';
+    FROM ${prefix}idem_take($1, max_messages => $2::integer, lease => $3::interval, tenant => $4::text)`;
+const DELIVERED_SQL = (prefix) => `SELECT ${prefix}idem_delivered($1::bigint, $2::integer, $3::integer, $4::bytea)`;
+const RETRY_SQL = (prefix) => `SELECT ${prefix}idem_retry($1::bigint, $2::integer, $3::text, $4::interval) AS state`;
+const DEAD_SQL = (prefix) => `SELECT ${prefix}idem_dead($1::bigint, $2::integer, $3::text)`;
 
 /** What idem raises when an attempt is not the message's live lease. */
 const STALE = '55000';
@@ -53,9 +53,9 @@ function payloadArg(payload) {
  * @returns {Promise<import('..').Enqueued>}
  */
 async function enqueue(client, message) {
-  const { tenant, topic, key, payload, headers, notBefore, orderingKey, maxAttempts, redeliver } = message;
+  const { tenant, topic, key, payload, headers, notBefore, orderingKey, maxAttempts, redeliver, schema } = message;
   const [type, value] = payloadArg(payload);
-  const { rows: [row] } = await client.query(ENQUEUE_SQL[type], [
+  const { rows: [row] } = await client.query(ENQUEUE_SQL(qualifier(schema), type), [
     tenant, topic, key, value, headers == null ? null : JSON.stringify(headers), notBefore ?? null,
     orderingKey ?? null, maxAttempts ?? null, redeliver ?? true,
   ]);
@@ -158,6 +158,10 @@ class Dispatcher {
       throw new RangeError(`pg-idem: the timeout (${this.timeout} ms) must be shorter than the lease (${this.lease} ms)`);
     }
     this.tenant = options.tenant ?? null;
+    const prefix = qualifier(options.schema);
+    this.sql = {
+      take: TAKE_SQL(prefix), delivered: DELIVERED_SQL(prefix), retry: RETRY_SQL(prefix), dead: DEAD_SQL(prefix),
+    };
     this.logger = options.logger || console;
 
     this.inFlight = new Set();
@@ -307,7 +311,7 @@ class Dispatcher {
         const n = Math.min(this.batchSize, free);
         this.more = false;
         try {
-          const { rows } = await this.pool.query(TAKE_SQL, [this.topic, n, `${this.lease} milliseconds`, this.tenant]);
+          const { rows } = await this.pool.query(this.sql.take, [this.topic, n, `${this.lease} milliseconds`, this.tenant]);
           for (const row of rows) this.track(this.deliver(toMessage(row)));
           if (rows.length === n) this.more = true;
         } catch (e) {
@@ -386,15 +390,15 @@ class Dispatcher {
     const { id, attempt } = message;
     try {
       if (verdict.kind === 'delivered') {
-        await this.pool.query(DELIVERED_SQL, [id, attempt, verdict.status, verdict.body]);
+        await this.pool.query(this.sql.delivered, [id, attempt, verdict.status, verdict.body]);
         this.logger.info(`${who}: delivered${verdict.status === null ? '' : ` (${verdict.status})`}`);
       } else if (verdict.kind === 'retry') {
         const after = verdict.after === null ? null : `${Math.round(verdict.after)} milliseconds`;
-        const { rows: [{ state }] } = await this.pool.query(RETRY_SQL, [id, attempt, verdict.error, after]);
+        const { rows: [{ state }] } = await this.pool.query(this.sql.retry, [id, attempt, verdict.error, after]);
         if (state === 'dead') this.logger.error(`${who}: dead, its last attempt failed: ${verdict.error}`);
         else this.logger.warn(`${who}: to retry${after ? ` after ${after}` : ''}: ${verdict.error}`);
       } else {
-        await this.pool.query(DEAD_SQL, [id, attempt, verdict.error]);
+        await this.pool.query(this.sql.dead, [id, attempt, verdict.error]);
         this.logger.error(`${who}: dead: ${verdict.error}`);
       }
     } catch (e) {

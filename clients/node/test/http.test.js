@@ -42,7 +42,7 @@ for (const [name, make] of [['fastify', fastifyApp], ['express', expressApp]]) {
       const first = await call(app.url, '/items/7', { key, headers: { 'x-test-id': id } });
       assert.equal(first.status, 201);
       assert.equal(first.replayed, false);
-      assert.equal(first.json().idem, true);
+      assert.equal(first.json().outcome, 'claimed');
       const again = await call(app.url, '/items/7', { key, headers: { 'x-test-id': id }, body: '{ "a" : 1 }' });
       assert.equal(again.status, 201);
       assert.equal(again.replayed, true);
@@ -73,15 +73,33 @@ for (const [name, make] of [['fastify', fastifyApp], ['express', expressApp]]) {
       assert.equal(app.counts.get(`item:${id}`), undefined);
     });
 
-    test('not required: a request without a key runs the handler without idem, every time', async () => {
+    test('not required: a request without a key runs the handler, every time, in a transaction that claims nothing', async () => {
       const id = randomUUID();
       const a = await call(app.url, '/items/1', { headers: { 'x-test-id': id } });
       const b = await call(app.url, '/items/1', { headers: { 'x-test-id': id } });
       assert.equal(a.status, 201);
-      assert.equal(a.json().idem, false);
+      assert.deepEqual({ ...a.json(), id: 0, nonce: '' }, { id: 0, nonce: '', outcome: 'none', key: null, attempt: null });
       assert.equal(b.replayed, false);
       assert.notDeepEqual(a.bytes, b.bytes);
       assert.equal(app.counts.get(`item:${id}`), 2);
+      // the handler's writes committed before the answer was sent
+      const { rows } = await pool.query('SELECT nonce FROM items WHERE nonce = ANY($1)', [[a.json().nonce, b.json().nonce]]);
+      assert.equal(rows.length, 2);
+      // an empty key is no key: the handler runs again, claiming nothing
+      const c = await call(app.url, '/items/1', { headers: { 'x-test-id': id, 'idempotency-key': '' } });
+      assert.equal(c.status, 201);
+      assert.equal(c.json().outcome, 'none');
+      assert.equal(app.counts.get(`item:${id}`), 3);
+    });
+
+    test('without a key, a handler that throws gets a 500 problem+json and its writes are rolled back', async () => {
+      const id = randomUUID();
+      const first = await call(app.url, '/boom', { headers: { 'x-test-id': id } });
+      assertProblem(first, 500);
+      const second = await call(app.url, '/boom', { headers: { 'x-test-id': id } });
+      assert.equal(second.status, 200);
+      assert.equal(second.json().attempt, null);
+      assert.equal(Number((await pool.query('SELECT count(*) FROM items WHERE nonce = $1', [id])).rows[0].count), 1);
     });
 
     test('a key of 256 characters gets 400 problem+json; 255 are accepted', async () => {
@@ -147,7 +165,7 @@ for (const [name, make] of [['fastify', fastifyApp], ['express', expressApp]]) {
       const key = randomUUID();
       const id = randomUUID();
       const first = await call(app.url, '/boom', { key, headers: { 'x-test-id': id } });
-      assert.equal(first.status, 500);
+      assertProblem(first, 500);
       assert.equal(first.replayed, false);
       const rec = await stored('POST /boom', key);
       assert.equal(rec.state, 'failed');
@@ -160,17 +178,50 @@ for (const [name, make] of [['fastify', fastifyApp], ['express', expressApp]]) {
       assert.equal(Number((await pool.query('SELECT count(*) FROM items WHERE idem_key = $1', [key])).rows[0].count), 1);
     });
 
-    test('a business error (a thrown 402) is stored and replayed', async () => {
+    test('a business error (a thrown 402) is answered as problem+json, stored and replayed', async () => {
       const key = randomUUID();
       const id = randomUUID();
       const first = await call(app.url, '/declined', { key, headers: { 'x-test-id': id } });
-      assert.equal(first.status, 402);
+      assertProblem(first, 402);
+      assert.equal(first.json().detail, 'card declined');
       const again = await call(app.url, '/declined', { key, headers: { 'x-test-id': id } });
       assert.equal(again.status, 402);
       assert.equal(again.replayed, true);
       assert.deepEqual(again.bytes, first.bytes);
       assert.equal(app.counts.get(`declined:${id}`), 1);
       assert.equal((await stored('POST /declined', key)).state, 'failed');
+    });
+
+    test('a response too large to store: logged with its SQLSTATE, a final 500 problem+json, replayed to the retry', async () => {
+      const key = randomUUID();
+      const id = randomUUID();
+      const first = await call(app.url, '/big', { key, headers: { 'x-test-id': id } });
+      assertProblem(first, 500);
+      assert.equal(first.json().code, 'idempotency-store-failed');
+      assert.match(first.json().detail, /SQLSTATE 54000/);
+      assert.equal(first.headers.get('retry-after'), null);
+      assert.deepEqual(app.errors.filter((e) => e.key === key).map((e) => e.err.code), ['54000']);
+      const retry = await call(app.url, '/big', { key, headers: { 'x-test-id': id } });
+      assert.equal(retry.replayed, true);
+      assert.equal(retry.status, 500);
+      assert.deepEqual(retry.bytes, first.bytes);
+      assert.equal(app.counts.get(`big:${id}`), 1);
+      const rec = await stored('POST /big', key);
+      assert.equal(rec.state, 'failed');
+      assert.equal(Number((await pool.query('SELECT count(*) FROM items WHERE idem_key = $1', [key])).rows[0].count), 0);
+    });
+
+    test('a commit that fails but may pass (40001): 503 problem+json with Retry-After, and the retry runs again', async () => {
+      const key = randomUUID();
+      const id = randomUUID();
+      const first = await call(app.url, '/flaky', { key, headers: { 'x-test-id': id } });
+      assertProblem(first, 503);
+      assert.equal(first.headers.get('retry-after'), '1');
+      assert.deepEqual(app.errors.filter((e) => e.key === key).map((e) => e.err.code), ['40001']);
+      const retry = await call(app.url, '/flaky', { key, headers: { 'x-test-id': id } });
+      assert.equal(retry.status, 200);
+      assert.equal(String(retry.bytes), 'run 2');
+      assert.equal((await stored('POST /flaky', key)).state, 'succeeded');
     });
 
     test('a client that disconnects does not abort the handler: its retry gets the stored response', async () => {
@@ -207,3 +258,64 @@ for (const [name, make] of [['fastify', fastifyApp], ['express', expressApp]]) {
     });
   });
 }
+
+describe('Express 4', () => {
+  test('handler() answers what an async handler rejects with: Express 4 ignores the promise', async (t) => {
+    assert.match(require('express/package.json').version, /^4\./, 'these are Express 4 semantics');
+    const expressLib = require('express');
+    const idem = require('..');
+    const unhandled = [];
+    const onUnhandled = (reason) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    t.after(() => process.off('unhandledRejection', onUnhandled));
+    const idempotent = idem.express({ pool, tenant: 'acme', onError: () => {} });
+    const app = expressLib();
+    const reject = async () => { await Promise.resolve(); throw new Error('rejected'); };
+    app.post('/reject', expressLib.json(), idempotent, idempotent.handler(reject));
+    app.post('/bare', expressLib.json(), idempotent.handler(reject));
+    const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
+    t.after(() => new Promise((resolve) => { server.closeAllConnections(); server.close(resolve); }));
+    const url = `http://127.0.0.1:${server.address().port}`;
+    const key = randomUUID();
+    assertProblem(await call(url, '/reject', { key }), 500);
+    assert.equal((await stored('POST /reject', key)).state, 'failed');
+    assertProblem(await call(url, '/reject'), 500);
+    assertProblem(await call(url, '/bare'), 500);
+    assert.deepEqual(unhandled, []);
+  });
+});
+
+describe('store failures are logged by default, with the key and the SQLSTATE', () => {
+  const idem = require('..');
+  const big = 'x'.repeat(1024 * 1024 + 1);
+
+  test('fastify: request.log', async (t) => {
+    const lines = [];
+    const app = require('fastify')({ logger: { level: 'error', stream: { write: (line) => lines.push(JSON.parse(line)) } } });
+    await app.register(idem.fastify, { pool, tenant: 'acme' });
+    app.post('/big', async () => big);
+    t.after(() => app.close());
+    const key = randomUUID();
+    const r = await app.inject({ method: 'POST', url: '/big', headers: { 'idempotency-key': key }, payload: {} });
+    assert.equal(r.statusCode, 500);
+    const line = lines.find((l) => l.msg.includes(key));
+    assert.ok(line, JSON.stringify(lines));
+    assert.match(line.msg, /SQLSTATE 54000/);
+    assert.equal(line.err.code, '54000');
+  });
+
+  test('Express: console.error', async (t) => {
+    const expressLib = require('express');
+    const logged = [];
+    t.mock.method(console, 'error', (...args) => { logged.push(args.join(' ')); });
+    const idempotent = idem.express({ pool, tenant: 'acme' });
+    const app = expressLib();
+    app.post('/big', expressLib.json(), idempotent, idempotent.handler(async (req, res) => { res.send(big); }));
+    const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
+    t.after(() => new Promise((resolve) => { server.closeAllConnections(); server.close(resolve); }));
+    const key = randomUUID();
+    assertProblem(await call(`http://127.0.0.1:${server.address().port}`, '/big', { key }), 500);
+    assert.equal(logged.length, 1, logged.join('\n'));
+    assert.match(logged[0], new RegExp(`POST /big key ${key}: storing the response failed: SQLSTATE 54000: `));
+  });
+});

@@ -1,6 +1,7 @@
 // The artefact: `npm pack` gives a tarball that installs into an empty
 // project (with pg, the peer dependency) and works there, as CommonJS, as
-// an ES module, and with its types declared.
+// an ES module, and with its types declared; the README's install commands
+// (pg-idem is not on the registry) name that tarball.
 'use strict';
 
 const { test } = require('node:test');
@@ -13,12 +14,17 @@ const path = require('node:path');
 const pkgDir = path.join(__dirname, '..');
 const pgVersion = require('pg/package.json').version;
 
-test('npm pack gives a tarball that installs and runs in a clean project', { timeout: 300000 }, () => {
+test('npm pack, as the README says, gives a tarball that installs and runs in a clean project', { timeout: 300000 }, () => {
+  const readme = fs.readFileSync(path.join(pkgDir, 'README.md'), 'utf8');
+  const install = readme.match(/^cd \S*clients\/node && npm pack\b.*\n^cd \S+ && npm install (\S+\.tgz) pg$/m);
+  assert.ok(install, 'the README installs the tarball that npm pack writes in clients/node');
+  const tarball = path.join(pkgDir, path.basename(install[1]));
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-idem-pack-'));
   try {
     // npm up to 11 prints an array of packages, npm 12 an object keyed by name
-    const packed = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', tmp], { cwd: pkgDir }));
+    const packed = JSON.parse(execFileSync('npm', ['pack', '--json'], { cwd: pkgDir }));
     const info = Array.isArray(packed) ? packed[0] : packed['pg-idem'];
+    assert.equal(path.join(pkgDir, info.filename), tarball, 'the README names the tarball npm pack writes');
     const files = info.files.map((f) => f.path).sort();
     for (const f of ['index.js', 'index.mjs', 'index.d.ts', 'lib/core.js', 'lib/fastify.js', 'lib/express.js', 'lib/outbox.js', 'package.json', 'README.md']) {
       assert.ok(files.includes(f), `the tarball has ${f}: ${files.join(' ')}`);
@@ -27,8 +33,8 @@ test('npm pack gives a tarball that installs and runs in a clean project', { tim
     const app = path.join(tmp, 'app');
     fs.mkdirSync(app);
     fs.writeFileSync(path.join(app, 'package.json'), JSON.stringify({ name: 'app', private: true }));
-    execFileSync('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline',
-      path.join(tmp, info.filename), `pg@${pgVersion}`], { cwd: app, stdio: 'pipe' });
+    execFileSync('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', tarball, `pg@${pgVersion}`],
+      { cwd: app, stdio: 'pipe' });
     fs.writeFileSync(path.join(app, 'app.js'), `
       const { Pool } = require('pg');
       const idem = require('pg-idem');
@@ -57,5 +63,6 @@ test('npm pack gives a tarball that installs and runs in a clean project', { tim
     assert.ok(fs.existsSync(path.join(app, 'node_modules', 'pg-idem', types)));
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });
+    fs.rmSync(tarball, { force: true });
   }
 });

@@ -17,6 +17,14 @@ async function setupDatabase(pool) {
     CREATE TABLE IF NOT EXISTS slow_commit (id serial PRIMARY KEY);
     CREATE OR REPLACE FUNCTION slow_commit_trigger() RETURNS trigger LANGUAGE plpgsql AS
       $$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$;
+    -- a commit that fails with a serialization failure (40001) when the row asks for it
+    CREATE TABLE IF NOT EXISTS flaky (id serial PRIMARY KEY, fail boolean NOT NULL);
+    CREATE OR REPLACE FUNCTION flaky_trigger() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN IF NEW.fail THEN RAISE EXCEPTION 'flaky commit' USING ERRCODE = '40001'; END IF; RETURN NULL; END $$;
+    DO $$ BEGIN
+      CREATE CONSTRAINT TRIGGER flaky AFTER INSERT ON flaky
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION flaky_trigger();
+    EXCEPTION WHEN duplicate_object THEN NULL; END $$;
     DO $$ BEGIN
       CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON slow_commit
         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit_trigger();
@@ -41,14 +49,13 @@ class Gates {
 }
 
 /** The work of every route, whichever framework calls it. */
-function routes(app, gates, pool) {
+function routes(app, gates) {
   const counts = new Map();
   const bump = (name) => { counts.set(name, (counts.get(name) || 0) + 1); return counts.get(name); };
   return {
     counts,
-    // POST /items/:id: a row in the claim's transaction, a 201 with Location
+    // POST /items/:id: a row in the request's transaction, a 201 with Location
     async item({ idem, params, headers }) {
-      const db = idem ? idem.client : pool;
       bump(`item:${headers['x-test-id']}`);
       const gate = headers['x-gate'];
       if (gate) {
@@ -56,18 +63,19 @@ function routes(app, gates, pool) {
         await gates.get(gate).opened;
       }
       const nonce = randomUUID();
-      const { rows: [row] } = await db.query(
-        'INSERT INTO items (app, idem_key, nonce) VALUES ($1, $2, $3) RETURNING id', [app, idem && idem.key, nonce]);
+      const { rows: [row] } = await idem.client.query(
+        'INSERT INTO items (app, idem_key, nonce) VALUES ($1, $2, $3) RETURNING id', [app, idem.key, nonce]);
       return {
         status: 201,
         headers: { 'Content-Type': 'application/json', Location: `/items/${params.id}/${row.id}` },
-        body: JSON.stringify({ id: row.id, nonce, idem: Boolean(idem), attempt: idem && idem.attempt }),
+        body: JSON.stringify({ id: row.id, nonce, outcome: idem.outcome, key: idem.key, attempt: idem.attempt }),
       };
     },
     // POST /boom: writes, then throws (the first time per test id only)
     async boom({ idem, headers }) {
       const n = bump(`boom:${headers['x-test-id']}`);
-      await idem.client.query('INSERT INTO items (app, idem_key, nonce) VALUES ($1, $2, $3)', [app, idem.key, 'boom']);
+      await idem.client.query('INSERT INTO items (app, idem_key, nonce) VALUES ($1, $2, $3)',
+        [app, idem.key, headers['x-test-id'] || 'boom']);
       if (n === 1) throw new Error('the database went away');
       return { status: 200, headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ n, attempt: idem.attempt }) };
     },
@@ -82,6 +90,18 @@ function routes(app, gates, pool) {
     async slowCommit({ idem }) {
       await idem.client.query('INSERT INTO slow_commit DEFAULT VALUES');
       return { status: 200, headers: { 'Content-Type': 'text/plain' }, body: `done ${randomUUID()}` };
+    },
+    // POST /flaky: the first commit (per test id) fails with a serialization failure
+    async flaky({ idem, headers }) {
+      const n = bump(`flaky:${headers['x-test-id']}`);
+      await idem.client.query('INSERT INTO flaky (fail) VALUES ($1)', [n === 1]);
+      return { status: 200, headers: { 'Content-Type': 'text/plain' }, body: `run ${n}` };
+    },
+    // POST /big: writes, then answers one byte more than idem.max_body_size (1MB) allows
+    async big({ idem, headers }) {
+      bump(`big:${headers['x-test-id']}`);
+      await idem.client.query('INSERT INTO items (app, idem_key, nonce) VALUES ($1, $2, $3)', [app, idem.key, 'big']);
+      return { status: 200, headers: { 'Content-Type': 'text/plain' }, body: 'x'.repeat(1024 * 1024 + 1) };
     },
   };
 }
