@@ -1240,26 +1240,13 @@ idem_message(PG_FUNCTION_ARGS)
 }
 
 /*
- * Whether a logical-replication subscription receives idem_outbox into
- * this database: then its publisher purges it.  False when the database
- * has no outbox yet.
- */
-bool
-outbox_subscribed(void)
-{
-	Oid			schema = idem_extension_schema();
-	Oid			relid = OidIsValid(schema) ?
-		get_relname_relid("idem_outbox", schema) : InvalidOid;
-
-	return OidIsValid(relid) && OidIsValid(subscription_of(relid));
-}
-
-/*
  * One purge batch of the outbox: delivered and dead messages whose expiry
  * has passed, at most batch of them, skipping any that another
  * transaction holds; *more tells whether a batch was full.  Through SQL,
- * as the records' purge is; false when the database has no outbox yet
- * (0.2.0's SQL objects, before ALTER EXTENSION idem UPDATE).
+ * as the records' purge is; nothing when the database has no outbox yet
+ * (0.2.0's SQL objects, before ALTER EXTENSION idem UPDATE), or when a
+ * logical-replication subscription receives idem_outbox (its publisher
+ * purges it).
  */
 uint64
 outbox_purge_batch(TimestampTz now, int batch, bool *more)
@@ -1272,9 +1259,11 @@ outbox_purge_batch(TimestampTz now, int batch, bool *more)
 	Oid			userid;
 	int			sec_context;
 
+	Oid			relid = OidIsValid(schema) ?
+		get_relname_relid("idem_outbox", schema) : InvalidOid;
+
 	*more = false;
-	if (!OidIsValid(schema) ||
-		!OidIsValid(get_relname_relid("idem_outbox", schema)))
+	if (!OidIsValid(relid) || OidIsValid(subscription_of(relid)))
 		return 0;
 
 	/* as the table's owner, as every access to it (outbox_open) */

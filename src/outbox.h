@@ -12,7 +12,6 @@
 #include "idem.h"
 
 extern Oid	outbox_relation(void);
-extern bool outbox_subscribed(void);
 extern uint64 outbox_purge_batch(TimestampTz now, int batch, bool *more);
 
 #endif							/* IDEM_OUTBOX_H */

@@ -18,7 +18,8 @@
  *
  * Finished outbox messages (delivered, dead) are purged by the same calls
  * once idem.outbox_retention has passed since they finished
- * (outbox_purge_batch), but on a subscriber that receives idem_outbox.
+ * (outbox_purge_batch), but on a subscriber that receives idem_outbox, and
+ * so are expired budgets (budget_purge_batch): purge_others.
  *
  * On Citus each node purges the shard placements of idem_record it holds
  * (record_purge_targets), its worker as everywhere else; idem_purge() on
@@ -36,12 +37,22 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "budget.h"
 #include "outbox.h"
 #include "protocol.h"
 #include "purge.h"
 #include "record.h"
 #include "settings.h"
 #include "stats.h"
+
+/*
+ * What is purged besides the records, each a batch at a time: finished
+ * outbox messages and expired budgets
+ */
+const PurgeOther purge_others[2] = {
+	{outbox_purge_batch, "purging finished outbox messages"},
+	{budget_purge_batch, "purging expired budgets"},
+};
 
 /*
  * The relations to purge on this node (record_purge_targets), in the
@@ -164,14 +175,14 @@ purge_all(void)
 			total += purge_batch(lfirst_oid(lc), now, &scan, &more);
 		} while (more);
 	}
-	if (!outbox_subscribed())
+	for (int i = 0; i < (int) lengthof(purge_others); i++)
 	{
 		bool		more;
 
 		do
 		{
 			CHECK_FOR_INTERRUPTS();
-			total += outbox_purge_batch(now, idem_purge_batch, &more);
+			total += purge_others[i].batch(now, idem_purge_batch, &more);
 		} while (more);
 	}
 	stats_count_purge(total, start, GetCurrentTimestamp(), false);

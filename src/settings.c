@@ -82,11 +82,10 @@ static char *unreadable = NULL;
 typedef struct Placeholder
 {
 	char	   *name;
-	GucSource	source;
 	GucSource	reset_source;
 } Placeholder;
 
-/* The placeholders of idem's settings that hold a value, into *n */
+/* The placeholders of idem's settings that hold a reset value, into *n */
 static Placeholder *
 placeholders(int *n)
 {
@@ -98,11 +97,9 @@ placeholders(int *n)
 	for (int i = 0; i < nvars; i++)
 		if ((vars[i]->flags & GUC_CUSTOM_PLACEHOLDER) &&
 			pg_strncasecmp(vars[i]->name, "idem.", 5) == 0 &&
-			(vars[i]->source != PGC_S_DEFAULT ||
-			 vars[i]->reset_source != PGC_S_DEFAULT))
+			vars[i]->reset_source != PGC_S_DEFAULT)
 		{
 			found[*n].name = pstrdup(vars[i]->name);
-			found[*n].source = vars[i]->source;
 			found[*n].reset_source = vars[i]->reset_source;
 			(*n)++;
 		}
@@ -111,9 +108,11 @@ placeholders(int *n)
 
 /*
  * After the variables are defined: a superuser-only one whose placeholder
- * held a value (its current or its reset value) and that now holds none of
- * that source lost it to a refusal, and with it whatever the configuration
- * files said.
+ * held a reset value (what RESET returns to: the configuration file's, or
+ * whatever replaced it at connection) and that now holds none lost it to a
+ * refusal, and with it whatever the configuration files said.  A refused
+ * current value alone (a SET before the first call) leaves the reset value
+ * in force: nothing is lost.
  */
 static void
 notice_refused(const Placeholder *held, int n)
@@ -128,10 +127,8 @@ notice_refused(const Placeholder *held, int n)
 			continue;
 		for (int p = 0; p < n; p++)
 			if (pg_strcasecmp(held[p].name, vars[i]->name) == 0 &&
-				((held[p].reset_source != PGC_S_DEFAULT &&
-				  vars[i]->reset_source == PGC_S_DEFAULT) ||
-				 (held[p].source != PGC_S_DEFAULT &&
-				  vars[i]->source == PGC_S_DEFAULT)))
+				held[p].reset_source != PGC_S_DEFAULT &&
+				vars[i]->reset_source == PGC_S_DEFAULT)
 				unreadable = MemoryContextStrdup(TopMemoryContext,
 												 vars[i]->name);
 	}

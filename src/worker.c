@@ -60,7 +60,6 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "outbox.h"
 #include "purge.h"
 #include "settings.h"
 #include "stats.h"
@@ -353,6 +352,33 @@ idem_launcher_main(Datum main_arg)
 	}
 }
 
+/*
+ * Purge what other describes, one transaction per batch, until a batch is
+ * not full or the deadline passes; whether more may be left
+ */
+static bool
+purge_in_batches(const PurgeOther *other, TimestampTz deadline, uint64 *total)
+{
+	for (;;)
+	{
+		bool		more = false;
+
+		CHECK_FOR_INTERRUPTS();
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, other->activity);
+		*total += other->batch(purge_cutoff(GetCurrentStatementStartTimestamp()),
+							   idem_purge_batch, &more);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		if (!more)
+			return false;
+		if (GetCurrentTimestamp() >= deadline)
+			return true;
+	}
+}
+
 void
 idem_purge_main(Datum main_arg)
 {
@@ -446,27 +472,9 @@ idem_purge_main(Datum main_arg)
 			break;
 	}
 
-	/* then the finished outbox messages, one transaction per batch too */
-	while (!more && GetCurrentTimestamp() < deadline)
-	{
-		bool		subscribed_outbox;
-		bool		outbox_more = false;
-
-		CHECK_FOR_INTERRUPTS();
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pgstat_report_activity(STATE_RUNNING, "purging finished outbox messages");
-		subscribed_outbox = outbox_subscribed();
-		if (!subscribed_outbox)
-			total += outbox_purge_batch(purge_cutoff(GetCurrentStatementStartTimestamp()),
-										idem_purge_batch, &outbox_more);
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		if (!outbox_more)
-			break;
-		more = outbox_more && GetCurrentTimestamp() >= deadline;
-	}
+	/* then the others, one transaction per batch too */
+	for (int i = 0; i < (int) lengthof(purge_others) && !more; i++)
+		more = purge_in_batches(&purge_others[i], deadline, &total);
 
 	stats_count_purge(total, start, GetCurrentTimestamp(), more);
 	pgstat_report_stat(true);

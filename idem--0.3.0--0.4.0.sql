@@ -1,0 +1,53 @@
+/* idem--0.3.0--0.4.0.sql: upgrade idem 0.3.0 to 0.4.0 */
+
+\echo Use "ALTER EXTENSION idem UPDATE TO '0.4.0'" to load this file. \quit
+
+COMMENT ON COLUMN idem_outbox.expires_at IS
+	'when a finished message is purged; before it finishes, created_at plus the retention its enqueue fixed';
+
+/*
+ * Budgets (0.4.0): one retry budget per task, spent by every layer that
+ * retries it.  A spend is an UPDATE whose WHERE clause holds the total, so
+ * the row lock decides between concurrent spends and a rolled-back spend is
+ * not spent.  Purged like records once expired.
+ */
+CREATE TABLE idem_budget (
+	tenant				text COLLATE "C" NOT NULL,
+	task				text COLLATE "C" NOT NULL,
+	total				integer NOT NULL CHECK (total >= 1),
+	spent				integer NOT NULL CHECK (spent >= 0 AND spent <= total),
+	created_at			timestamptz NOT NULL,
+	expires_at			timestamptz NOT NULL,
+	CONSTRAINT idem_budget_pkey PRIMARY KEY (tenant, task)
+);
+
+CREATE INDEX idem_budget_expires ON idem_budget (expires_at);
+
+COMMENT ON TABLE idem_budget IS
+	'retry budgets: per tenant and task, how many attempts every layer may spend';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_budget', '');
+
+REVOKE ALL ON idem_budget FROM PUBLIC;
+
+/* the tenant binding, as for idem_record */
+ALTER TABLE idem_budget ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idem_budget_tenant ON idem_budget FOR SELECT
+	USING (tenant OPERATOR(pg_catalog.=)
+		   coalesce(@extschema@.idem_tenant(), tenant) COLLATE "C");
+
+CREATE FUNCTION idem_budget(tenant text, task text, attempts integer,
+							ttl interval DEFAULT '1 day')
+RETURNS integer
+AS 'MODULE_PATHNAME', 'idem_budget'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_spend(tenant text, task text, n integer DEFAULT 1)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'idem_spend'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION idem_budget(text, text, integer, interval) IS
+	'create a task''s retry budget of attempts (or answer the existing one); returns what is left';
+COMMENT ON FUNCTION idem_spend(text, text, integer) IS
+	'in the caller''s transaction: spend n attempts of a task''s budget; returns what is left, errors IB001 when it cannot';

@@ -1,0 +1,317 @@
+/*-------------------------------------------------------------------------
+ *
+ * budget.c
+ *	  Retry budgets (0.4.0): one per tenant and task, spent by every layer
+ *	  that retries the task's work, so that nested retries (a tool's, an
+ *	  agent loop's, a job runner's) stop together.
+ *
+ * The table is idem_budget; these functions reach it through SQL, as the
+ * table's owner, after checking the tenant binding as the caller (a check
+ * made after the switch would see the owner).  Why it is correct:
+ * - Creating a budget is an INSERT ... ON CONFLICT: the primary key decides
+ *   between two creations of one task, and the loser answers the budget
+ *   the winner made (or, asking for another total, is refused).  An expired
+ *   budget is replaced, as an expired record is claimed anew.
+ * - A spend is one UPDATE whose WHERE clause says that the budget can cover
+ *   it.  Concurrent spends queue for the row's lock; under READ COMMITTED
+ *   each re-evaluates the clause against the version the one before it
+ *   left, so the spends that succeed never add up past the total, whatever
+ *   their interleaving; under REPEATABLE READ the second fails with 40001.
+ *   Nothing is read first and written after.  A spend that rolls back
+ *   leaves the row as it was.
+ * - A spend that cannot be covered spends nothing and errors with IB001, a
+ *   SQLSTATE of its own, naming the task, what was spent and the total.
+ *
+ * Expired budgets are deleted by the purge (budget_purge_batch), like
+ * finished outbox messages.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "access.h"
+#include "args.h"
+#include "budget.h"
+#include "extension.h"
+#include "protocol.h"
+#include "settings.h"
+#include "subscription.h"
+#include "tenant.h"
+
+PG_FUNCTION_INFO_V1(idem_budget);
+PG_FUNCTION_INFO_V1(idem_spend);
+
+/* The SQLSTATE of a spend the budget cannot cover */
+#define ERRCODE_IDEM_BUDGET_SPENT	MAKE_SQLSTATE('I','B','0','0','1')
+
+/* One call's reach of idem_budget: as its owner, under a pinned path */
+typedef struct BudgetCall
+{
+	Oid			caller_userid;
+	int			caller_sec_context;
+	int			nestlevel;
+} BudgetCall;
+
+/*
+ * idem_budget's OID in this database, InvalidOid if its SQL objects are
+ * older than 0.4.0's
+ */
+static Oid
+budget_relation(Oid schema)
+{
+	return OidIsValid(schema) ? get_relname_relid("idem_budget", schema) :
+		InvalidOid;
+}
+
+/*
+ * Switch to the table's owner, pin the path and connect to SPI.  For the
+ * purge (function, the caller's name, NULL): false, without doing any of
+ * it, when this database has no idem_budget or a subscription receives it;
+ * for a call, an error then.
+ */
+static bool
+budget_enter(BudgetCall *bc, const char *function)
+{
+	Oid			schema = idem_extension_schema();
+	Oid			relid = budget_relation(schema);
+	HeapTuple	tuple;
+	Oid			owner;
+
+	if (!OidIsValid(relid))
+	{
+		if (function == NULL)
+			return false;
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"idem_budget\" of extension \"idem\" does not exist in this database"),
+				 errhint("Run ALTER EXTENSION idem UPDATE in this database.")));
+	}
+	if (function != NULL)
+		require_primary_for(function, relid, "idem_budget");
+	else if (OidIsValid(subscription_of(relid)))
+		return false;			/* its publisher purges it */
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	GetUserIdAndSecContext(&bc->caller_userid, &bc->caller_sec_context);
+	SetUserIdAndSecContext(owner,
+						   bc->caller_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	bc->nestlevel = settings_pin_search_path(schema);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	return true;
+}
+
+static void
+budget_leave(BudgetCall *bc)
+{
+	SPI_finish();
+	AtEOXact_GUC(true, bc->nestlevel);
+	SetUserIdAndSecContext(bc->caller_userid, bc->caller_sec_context);
+}
+
+/* Column c (from 1) of the first row SPI returned, an int4 */
+static int32
+first_int(int c)
+{
+	bool		isnull;
+
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, c, &isnull));
+}
+
+/* The tenant and task arguments, checked, and the binding as the caller */
+static void
+tenant_task_from_args(FunctionCallInfo fcinfo, text **tenant, text **task)
+{
+	*tenant = key_part_from_arg(fcinfo, 0, "tenant");
+	*task = key_part_from_arg(fcinfo, 1, "task");
+	tenant_check(*tenant);
+}
+
+/*
+ * idem_budget(tenant, task, attempts, ttl): the task's budget of attempts,
+ * created unless it exists; what is left of it.  Another total for a live
+ * budget is refused (22023): two layers disagreeing on a task's budget is
+ * a bug that a silent answer would hide.
+ */
+Datum
+idem_budget(PG_FUNCTION_ARGS)
+{
+	text	   *tenant;
+	text	   *task;
+	int32		attempts;
+	Interval   *ttl;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz expires;
+	Oid			argtypes[5] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID};
+	Datum		values[5];
+	BudgetCall	bc;
+	int32		total;
+	int32		spent;
+
+	tenant_task_from_args(fcinfo, &tenant, &task);
+	require_not_null(fcinfo, 2, "attempts");
+	attempts = PG_GETARG_INT32(2);
+	if (attempts < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempts must be at least 1"),
+				 errdetail("The attempts given were %d.", attempts)));
+	require_not_null(fcinfo, 3, "ttl");
+	ttl = PG_GETARG_INTERVAL_P(3);
+	expires = protocol_time_plus(now, ttl, "ttl");
+	if (expires <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be positive")));
+
+	(void) budget_enter(&bc, "idem_budget()");
+	values[0] = PointerGetDatum(tenant);
+	values[1] = PointerGetDatum(task);
+	values[2] = Int32GetDatum(attempts);
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = TimestampTzGetDatum(expires);
+	/* a live budget is locked and kept; an expired one is replaced */
+	if (access_run_sql("INSERT INTO idem_budget AS b"
+					   " (tenant, task, total, spent, created_at, expires_at)"
+					   " VALUES ($1, $2, $3, 0, $4, $5)"
+					   " ON CONFLICT (tenant, task) DO UPDATE"
+					   " SET total = excluded.total, spent = 0,"
+					   " created_at = excluded.created_at,"
+					   " expires_at = excluded.expires_at"
+					   " WHERE b.expires_at OPERATOR(pg_catalog.<=) excluded.created_at"
+					   " RETURNING b.total, b.spent",
+					   5, argtypes, values, false, SPI_OK_INSERT_RETURNING) == 0)
+		(void) access_run_sql("SELECT b.total, b.spent FROM idem_budget b"
+							  " WHERE b.tenant OPERATOR(pg_catalog.=) $1"
+							  " AND b.task OPERATOR(pg_catalog.=) $2",
+							  2, argtypes, values, false, SPI_OK_SELECT);
+	if (SPI_processed != 1)
+		elog(ERROR, "idem_budget() found no budget after its insert");
+	total = first_int(1);
+	spent = first_int(2);
+	budget_leave(&bc);
+	if (total != attempts)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idem budget of task \"%s\" has %d attempts, not %d",
+						text_to_cstring(task), total, attempts),
+				 errdetail("A task's budget is created once; every layer asks for the same total.")));
+	PG_RETURN_INT32(total - spent);
+}
+
+/*
+ * idem_spend(tenant, task, n): spend n attempts of the task's budget in
+ * the caller's transaction; what is left.  See the file's header.
+ */
+Datum
+idem_spend(PG_FUNCTION_ARGS)
+{
+	text	   *tenant;
+	text	   *task;
+	int32		n;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	Oid			argtypes[4] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[4];
+	BudgetCall	bc;
+	int32		left;
+	int32		total;
+	int32		spent;
+
+	tenant_task_from_args(fcinfo, &tenant, &task);
+	require_not_null(fcinfo, 2, "n");
+	n = PG_GETARG_INT32(2);
+	if (n < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("n must be at least 1"),
+				 errdetail("The n given was %d.", n)));
+
+	(void) budget_enter(&bc, "idem_spend()");
+	values[0] = PointerGetDatum(tenant);
+	values[1] = PointerGetDatum(task);
+	values[2] = Int32GetDatum(n);
+	values[3] = TimestampTzGetDatum(now);
+	if (access_run_sql("UPDATE idem_budget b"
+					   " SET spent = b.spent OPERATOR(pg_catalog.+) $3"
+					   " WHERE b.tenant OPERATOR(pg_catalog.=) $1"
+					   " AND b.task OPERATOR(pg_catalog.=) $2"
+					   " AND b.expires_at OPERATOR(pg_catalog.>) $4"
+					   " AND b.spent OPERATOR(pg_catalog.<=)"
+					   " (b.total OPERATOR(pg_catalog.-) $3)"
+					   " RETURNING b.total OPERATOR(pg_catalog.-) b.spent",
+					   4, argtypes, values, false, SPI_OK_UPDATE_RETURNING) == 1)
+	{
+		left = first_int(1);
+		budget_leave(&bc);
+		PG_RETURN_INT32(left);
+	}
+
+	/* why not: no live budget, or not enough left (as of now) */
+	(void) access_run_sql("SELECT b.total, b.spent FROM idem_budget b"
+						  " WHERE b.tenant OPERATOR(pg_catalog.=) $1"
+						  " AND b.task OPERATOR(pg_catalog.=) $2"
+						  " AND b.expires_at OPERATOR(pg_catalog.>) $4",
+						  4, argtypes, values, true, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("idem budget of task \"%s\" does not exist",
+						text_to_cstring(task)),
+				 errdetail("It was never created for tenant \"%s\", or it expired.",
+						   text_to_cstring(tenant)),
+				 errhint("Create it with idem_budget().")));
+	total = first_int(1);
+	spent = first_int(2);
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_BUDGET_SPENT),
+			 errmsg("idem budget of task \"%s\" cannot cover %d more attempt%s",
+					text_to_cstring(task), n, n == 1 ? "" : "s"),
+			 errdetail("It has spent %d of its %d attempts.", spent, total),
+			 errhint("Stop retrying the task, and report it.")));
+	PG_RETURN_NULL();			/* not reached */
+}
+
+/*
+ * One purge batch of expired budgets, without waiting for a transaction
+ * that holds one; false in *more when it deleted less than batch.  A
+ * database whose SQL objects are older than 0.4.0's has none.
+ */
+uint64
+budget_purge_batch(TimestampTz now, int batch, bool *more)
+{
+	Oid			argtypes[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	BudgetCall	bc;
+	uint64		deleted;
+
+	*more = false;
+	if (!budget_enter(&bc, NULL))
+		return 0;
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(batch);
+	deleted = access_run_sql("DELETE FROM idem_budget d"
+							 " WHERE (d.tenant, d.task) IN ("
+							 "SELECT b.tenant, b.task FROM idem_budget b"
+							 " WHERE b.expires_at OPERATOR(pg_catalog.<) $1"
+							 " ORDER BY b.expires_at LIMIT $2"
+							 " FOR UPDATE SKIP LOCKED)",
+							 2, argtypes, values, false, SPI_OK_DELETE);
+	budget_leave(&bc);
+	*more = deleted >= (uint64) batch;
+	return deleted;
+}
