@@ -969,3 +969,36 @@ COMMENT ON FUNCTION idem_budget(text, text, integer, interval) IS
 	'create a task''s retry budget of attempts (or answer the existing one); returns what is left';
 COMMENT ON FUNCTION idem_spend(text, text, integer) IS
 	'in the caller''s transaction: spend n attempts of a task''s budget; returns what is left, errors IB001 when it cannot';
+
+/*
+ * Batches of the outbox (0.4.0): an enqueue per element in one call, and
+ * the deliveries of a take's leases in one call
+ */
+CREATE FUNCTION idem_enqueue_many(tenant text, topic text, keys text[],
+								  payloads bytea[],
+								  headers jsonb[] DEFAULT NULL)
+RETURNS TABLE (key text, outcome text, id bigint, state text,
+			   created_at timestamptz)
+AS 'MODULE_PATHNAME', 'idem_enqueue_many'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_enqueue_many(tenant text, topic text, keys text[],
+								  payloads jsonb[],
+								  headers jsonb[] DEFAULT NULL)
+RETURNS TABLE (key text, outcome text, id bigint, state text,
+			   created_at timestamptz)
+AS 'MODULE_PATHNAME', 'idem_enqueue_many_jsonb'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_delivered_many(ids bigint[], attempts integer[],
+									statuses integer[] DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_delivered_many'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION idem_enqueue_many(text, text, text[], bytea[], jsonb[]) IS
+	'in the caller''s transaction: idem_enqueue of each element, a row per element';
+COMMENT ON FUNCTION idem_enqueue_many(text, text, text[], jsonb[], jsonb[]) IS
+	'in the caller''s transaction: idem_enqueue of each element, a row per element';
+COMMENT ON FUNCTION idem_delivered_many(bigint[], integer[], integer[]) IS
+	'idem_delivered of each lease of a batch; a stale one anywhere writes nothing of the batch';

@@ -348,112 +348,15 @@ idem_forget(PG_FUNCTION_ARGS)
  */
 
 /*
- * A batch function's run: where in the batch an error happened, for its
- * CONTEXT line; the memory of one element, reset after each; and the
- * protocol's batch, while the elements are decided
+ * A batch function's run: where in the batch an error happened and the
+ * memory of one element (args.c), and the protocol's batch, while the
+ * elements are decided
  */
 typedef struct BatchCall
 {
-	const char *function;
-	int			element;		/* from 1; 0 outside the elements */
-	ErrorContextCallback callback;
-	MemoryContext memory;
+	ArgsBatch	args;
 	ProtocolBatch *batch;
 } BatchCall;
-
-static void
-batch_error_context(void *arg)
-{
-	BatchCall  *bc = (BatchCall *) arg;
-
-	if (bc->element > 0)
-		errcontext("element %d of %s", bc->element, bc->function);
-}
-
-static void
-batch_call_start(BatchCall *bc, const char *function)
-{
-	bc->function = function;
-	bc->element = 0;
-	bc->callback.callback = batch_error_context;
-	bc->callback.arg = bc;
-	bc->callback.previous = error_context_stack;
-	error_context_stack = &bc->callback;
-	bc->memory = AllocSetContextCreate(CurrentMemoryContext,
-									   "idem batch element",
-									   ALLOCSET_DEFAULT_SIZES);
-	bc->batch = NULL;
-}
-
-static void
-batch_call_end(BatchCall *bc)
-{
-	error_context_stack = bc->callback.previous;
-	MemoryContextDelete(bc->memory);
-}
-
-/*
- * An array argument: NULL for a NULL optional one.  Only one-dimensional
- * arrays (or empty ones) are taken; *nitems is the number of elements.
- */
-static ArrayType *
-array_from_arg(FunctionCallInfo fcinfo, int argno, const char *name,
-			   bool optional, bool null_elements, int *nitems)
-{
-	ArrayType  *array;
-
-	*nitems = 0;
-	if (optional && !arg_given(fcinfo, argno))
-		return NULL;
-	require_not_null(fcinfo, argno, name);
-	array = PG_GETARG_ARRAYTYPE_P(argno);
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be a one-dimensional array", name),
-				 errdetail("The array given has %d dimensions.",
-						   ARR_NDIM(array))));
-	if (!null_elements && array_contains_nulls(array))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not contain nulls", name)));
-	*nitems = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
-	return array;
-}
-
-/* An element-wise array goes with keys: as many elements, or none given */
-static void
-require_length(const ArrayType *array, const char *name, int nitems,
-			   int nkeys)
-{
-	if (array != NULL && nitems != nkeys)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must have as many elements as keys", name),
-				 errdetail("keys has %d elements, %s has %d.",
-						   nkeys, name, nitems)));
-}
-
-/* A walk over an array's elements in step with keys; NULL for no array */
-static ArrayIterator
-walk(ArrayType *array)
-{
-	return array != NULL ? array_create_iterator(array, 0, NULL) : NULL;
-}
-
-/*
- * The walk's next element: false when it is NULL, or there is no array.
- * The caller counts the elements: every array walked is as long as keys.
- */
-static bool
-next_element(ArrayIterator it, Datum *value)
-{
-	bool		isnull = true;
-
-	if (it != NULL && !array_iterate(it, value, &isnull))
-		elog(ERROR, "array ended before keys");
-	return !isnull;
-}
 
 /* Every element of keys is a valid key */
 static void
@@ -464,12 +367,12 @@ check_keys(ArrayType *keys, int nkeys, BatchCall *bc)
 
 	for (int i = 0; i < nkeys; i++)
 	{
-		bc->element = i + 1;
+		bc->args.element = i + 1;
 		(void) next_element(it, &value);
 		check_key_part(DatumGetTextPP(value), "key");
 	}
 	array_free_iterator(it);
-	bc->element = 0;
+	bc->args.element = 0;
 }
 
 /*
@@ -488,14 +391,14 @@ claim_elements(BatchCall *bc, ReturnSetInfo *rsinfo, IdemKey *key,
 
 	for (int i = 0; i < nkeys; i++)
 	{
-		MemoryContext old = MemoryContextSwitchTo(bc->memory);
+		MemoryContext old = MemoryContextSwitchTo(bc->args.memory);
 		IdemFingerprint fp = {0};
 		IdemAnswer	answer;
 		Datum		values[8];
 		bool		nulls[8];
 		Datum		fp_value;
 
-		bc->element = i + 1;
+		bc->args.element = i + 1;
 		(void) next_element(key_it, &value);
 		key->key = DatumGetTextPP(value);
 		if (next_element(fp_it, &fp_value))
@@ -511,7 +414,7 @@ claim_elements(BatchCall *bc, ReturnSetInfo *rsinfo, IdemKey *key,
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
 							 nulls);
 		MemoryContextSwitchTo(old);
-		MemoryContextReset(bc->memory);
+		MemoryContextReset(bc->args.memory);
 	}
 }
 
@@ -545,7 +448,8 @@ claim_many(FunctionCallInfo fcinfo, FingerprintKind kind)
 	InitMaterializedSRF(fcinfo, 0);
 	if (rsinfo->setDesc->natts != 8)
 		elog(ERROR, "incorrect number of output arguments");
-	batch_call_start(&bc, "idem_claim_many()");
+	args_batch_start(&bc.args, "idem_claim_many()");
+	bc.batch = NULL;
 	check_keys(keys, nkeys, &bc);
 	tenant_check(key.tenant);
 
@@ -553,7 +457,7 @@ claim_many(FunctionCallInfo fcinfo, FingerprintKind kind)
 	claim_elements(&bc, rsinfo, &key, keys, nkeys, fingerprints, kind, lease,
 				   retention);
 	protocol_batch_end(bc.batch);
-	batch_call_end(&bc);
+	args_batch_end(&bc.args);
 	return (Datum) 0;
 }
 
@@ -638,10 +542,10 @@ finish_elements(BatchCall *bc, const FinishArrays *arrays, IdemKey *key,
 	MemoryContext old;
 
 	finish_walk(arrays, &w);
-	old = MemoryContextSwitchTo(bc->memory);
+	old = MemoryContextSwitchTo(bc->args.memory);
 	for (int i = 0; i < arrays->nkeys; i++)
 	{
-		bc->element = i + 1;
+		bc->args.element = i + 1;
 		finish_next(&w, &e);
 		if (bc->batch != NULL)
 		{
@@ -650,10 +554,10 @@ finish_elements(BatchCall *bc, const FinishArrays *arrays, IdemKey *key,
 			protocol_finish(bc->batch, key, how, e.has_attempt, e.attempt,
 							true, e.status, e.body, e.headers);
 		}
-		MemoryContextReset(bc->memory);
+		MemoryContextReset(bc->args.memory);
 	}
 	MemoryContextSwitchTo(old);
-	bc->element = 0;
+	bc->args.element = 0;
 }
 
 /*
@@ -694,14 +598,15 @@ finish_many(FunctionCallInfo fcinfo, bool failed)
 
 	how = !failed ? IDEM_FINISH_COMPLETE :
 		retryable ? IDEM_FINISH_FAIL_RETRYABLE : IDEM_FINISH_FAIL;
-	batch_call_start(&bc, failed ? "idem_fail_many()" : "idem_complete_many()");
+	args_batch_start(&bc.args, failed ? "idem_fail_many()" : "idem_complete_many()");
+	bc.batch = NULL;
 	finish_elements(&bc, &arrays, &key, how);
 	tenant_check(key.tenant);
 
 	bc.batch = protocol_batch_begin();
 	finish_elements(&bc, &arrays, &key, how);
 	protocol_batch_end(bc.batch);
-	batch_call_end(&bc);
+	args_batch_end(&bc.args);
 	PG_RETURN_INT32(arrays.nkeys);
 }
 

@@ -3,7 +3,8 @@
  * args.c
  *	  The checks of the SQL-callable functions' arguments that the record
  *	  functions (api.c) and the outbox (outbox.c) share: a key's parts, a
- *	  status, a body and its size, headers, a fencing token, a boolean.
+ *	  status, a body and its size, headers, a fencing token, a boolean, the
+ *	  arrays of a batch function and the CONTEXT line naming an element.
  *
  * None of idem's functions is STRICT: a NULL argument is a caller's bug and
  * gets an error naming it, never a NULL result.  Each bad-input SQLSTATE is
@@ -15,8 +16,10 @@
 
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 
 #include "args.h"
 #include "fingerprint.h"
@@ -268,4 +271,98 @@ bool_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 {
 	require_not_null(fcinfo, argno, name);
 	return PG_GETARG_BOOL(argno);
+}
+
+/*
+ * An array argument: NULL for a NULL optional one.  Only one-dimensional
+ * arrays (or empty ones) are taken; *nitems is the number of elements.
+ */
+ArrayType *
+array_from_arg(FunctionCallInfo fcinfo, int argno, const char *name,
+			   bool optional, bool null_elements, int *nitems)
+{
+	ArrayType  *array;
+
+	*nitems = 0;
+	if (optional && !arg_given(fcinfo, argno))
+		return NULL;
+	require_not_null(fcinfo, argno, name);
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", name),
+				 errdetail("The array given has %d dimensions.",
+						   ARR_NDIM(array))));
+	if (!null_elements && array_contains_nulls(array))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not contain nulls", name)));
+	*nitems = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+	return array;
+}
+
+/* An element-wise array goes with keys: as many elements, or none given */
+void
+require_length(const ArrayType *array, const char *name, int nitems,
+			   int nkeys)
+{
+	if (array != NULL && nitems != nkeys)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must have as many elements as keys", name),
+				 errdetail("keys has %d elements, %s has %d.",
+						   nkeys, name, nitems)));
+}
+
+/* A walk over an array's elements in step with keys; NULL for no array */
+ArrayIterator
+walk(ArrayType *array)
+{
+	return array != NULL ? array_create_iterator(array, 0, NULL) : NULL;
+}
+
+/*
+ * The walk's next element: false when it is NULL, or there is no array.
+ * The caller counts the elements: every array walked is as long as keys.
+ */
+bool
+next_element(ArrayIterator it, Datum *value)
+{
+	bool		isnull = true;
+
+	if (it != NULL && !array_iterate(it, value, &isnull))
+		elog(ERROR, "array ended before keys");
+	return !isnull;
+}
+
+static void
+batch_error_context(void *arg)
+{
+	ArgsBatch  *b = (ArgsBatch *) arg;
+
+	if (b->element > 0)
+		errcontext("element %d of %s", b->element, b->function);
+}
+
+/* Start a batch function's run: errors name the element (set by the caller) */
+void
+args_batch_start(ArgsBatch *b, const char *function)
+{
+	b->function = function;
+	b->element = 0;
+	b->callback.callback = batch_error_context;
+	b->callback.arg = b;
+	b->callback.previous = error_context_stack;
+	error_context_stack = &b->callback;
+	b->memory = AllocSetContextCreate(CurrentMemoryContext,
+									  "idem batch element",
+									  ALLOCSET_DEFAULT_SIZES);
+}
+
+void
+args_batch_end(ArgsBatch *b)
+{
+	error_context_stack = b->callback.previous;
+	MemoryContextDelete(b->memory);
 }

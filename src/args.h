@@ -11,6 +11,7 @@
 #include "idem.h"
 
 #include "fmgr.h"
+#include "utils/array.h"
 
 /*
  * A SQL-callable function whose body is another's, called with the
@@ -51,5 +52,28 @@ extern bool attempt_from_arg(FunctionCallInfo fcinfo, int argno,
 							 int32 *attempt);
 extern bool bool_from_arg(FunctionCallInfo fcinfo, int argno,
 						  const char *name);
+
+/*
+ * A batch function's run: the element being checked or decided (from 1;
+ * 0 outside the elements), named in an error's CONTEXT line, and a memory
+ * context for one element, which the caller resets after each
+ */
+typedef struct ArgsBatch
+{
+	const char *function;
+	int			element;
+	ErrorContextCallback callback;
+	MemoryContext memory;
+} ArgsBatch;
+
+extern void args_batch_start(ArgsBatch *b, const char *function);
+extern void args_batch_end(ArgsBatch *b);
+extern ArrayType *array_from_arg(FunctionCallInfo fcinfo, int argno,
+								 const char *name, bool optional,
+								 bool null_elements, int *nitems);
+extern void require_length(const ArrayType *array, const char *name,
+						   int nitems, int nkeys);
+extern ArrayIterator walk(ArrayType *array);
+extern bool next_element(ArrayIterator it, Datum *value);
 
 #endif							/* IDEM_ARGS_H */

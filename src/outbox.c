@@ -104,6 +104,7 @@
 #include "tenant.h"
 
 PG_FUNCTION_INFO_V1(idem_take);
+PG_FUNCTION_INFO_V1(idem_delivered_many);
 PG_FUNCTION_INFO_V1(idem_delivered);
 PG_FUNCTION_INFO_V1(idem_retry);
 PG_FUNCTION_INFO_V1(idem_dead);
@@ -1046,6 +1047,166 @@ enqueue_call(FunctionCallInfo fcinfo, bool jsonb)
 
 IDEM_SQL_FUNCTION(idem_enqueue, enqueue_call, false);
 IDEM_SQL_FUNCTION(idem_enqueue_jsonb, enqueue_call, true);
+
+/*
+ * idem_enqueue_many(tenant, topic, keys, payloads, headers): one enqueue per
+ * element, with the defaults of idem_enqueue's other arguments, in one
+ * opening of the table; a row per element as idem_enqueue answers it,
+ * beginning with the key.  Every element is checked before the first is
+ * written, so bad input anywhere writes nothing.
+ */
+static Datum
+enqueue_many_call(FunctionCallInfo fcinfo, bool jsonb)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *tenant = key_part_from_arg(fcinfo, 0, "tenant");
+	text	   *topic = key_part_from_arg(fcinfo, 1, "topic");
+	int			nkeys;
+	int			npayloads;
+	int			nheaders;
+	ArrayType  *keys = array_from_arg(fcinfo, 2, "keys", false, false, &nkeys);
+	ArrayType  *payloads = array_from_arg(fcinfo, 3, "payloads", false, false,
+										  &npayloads);
+	ArrayType  *headers = array_from_arg(fcinfo, 4, "headers", true, true,
+										 &nheaders);
+	NewMessage *nm;
+	ArgsBatch	b;
+	ArrayIterator kit;
+	ArrayIterator pit;
+	ArrayIterator hit;
+	Outbox		ob;
+
+	require_length(payloads, "payloads", npayloads, nkeys);
+	require_length(headers, "headers", nheaders, nkeys);
+	tenant_check(tenant);
+	require_outbox_primary("idem_enqueue_many()");
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != 5)
+		elog(ERROR, "incorrect number of output arguments");
+
+	/* check every element first */
+	args_batch_start(&b, "idem_enqueue_many()");
+	nm = palloc0(sizeof(NewMessage) * Max(nkeys, 1));
+	kit = walk(keys);
+	pit = walk(payloads);
+	hit = walk(headers);
+	for (int i = 0; i < nkeys; i++)
+	{
+		Datum		value;
+
+		b.element = i + 1;
+		nm[i].key.tenant = tenant;
+		nm[i].key.endpoint = topic;
+		(void) next_element(kit, &value);
+		nm[i].key.key = check_key_part(DatumGetTextPP(value), "key");
+		(void) next_element(pit, &value);
+		nm[i].payload = jsonb ? jsonb_body(value) : DatumGetByteaPP(value);
+		check_body_size("payload", nm[i].payload);
+		nm[i].headers = next_element(hit, &value) ?
+			check_headers(DatumGetJsonbP(value)) : NULL;
+		nm[i].not_before = DT_NOBEGIN;
+		nm[i].max_attempts = idem_outbox_max_attempts;
+		nm[i].redeliver = true;
+	}
+	b.element = 0;
+
+	outbox_open(&ob, true);
+	for (int i = 0; i < nkeys; i++)
+	{
+		Enqueued	out;
+		Datum		row[5];
+		bool		nulls[5] = {false};
+
+		b.element = i + 1;
+		enqueue(&ob, &nm[i], &out);
+		row[0] = PointerGetDatum(nm[i].key.key);
+		row[1] = CStringGetTextDatum(out.outcome);
+		row[2] = Int64GetDatum(out.id);
+		row[3] = CStringGetTextDatum(state_names[out.state]);
+		row[4] = TimestampTzGetDatum(out.created_at);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
+		ResetPerTupleExprContext(ob.estate);
+	}
+	outbox_close(&ob);
+	args_batch_end(&b);
+	return (Datum) 0;
+}
+
+IDEM_SQL_FUNCTION(idem_enqueue_many, enqueue_many_call, false);
+IDEM_SQL_FUNCTION(idem_enqueue_many_jsonb, enqueue_many_call, true);
+
+/*
+ * idem_delivered_many(ids, attempts, statuses): idem_delivered of each
+ * element, in the caller's transaction.  Empty or NULL arrays (a take that
+ * found nothing) finish nothing; a stale attempt anywhere errors as
+ * idem_delivered does, and the error takes the batch's earlier finishes
+ * with it, so nothing of the batch is written.
+ */
+Datum
+idem_delivered_many(PG_FUNCTION_ARGS)
+{
+	int			nids;
+	int			nattempts;
+	int			nstatuses;
+	ArrayType  *ids = array_from_arg(fcinfo, 0, "ids", true, false, &nids);
+	ArrayType  *attempts = array_from_arg(fcinfo, 1, "attempts", true, false,
+										  &nattempts);
+	ArrayType  *statuses = array_from_arg(fcinfo, 2, "statuses", true, true,
+										  &nstatuses);
+	int64	   *id;
+	int32	   *attempt;
+	int32	   *status;
+	bool	   *has_status;
+	ArrayIterator iit;
+	ArrayIterator ait;
+	ArrayIterator sit;
+	ArgsBatch	b;
+
+	if (nids == 0 && nattempts == 0)
+		PG_RETURN_VOID();
+	if (attempts == NULL || nattempts != nids)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempts must have as many elements as ids"),
+				 errdetail("ids has %d elements, attempts has %d.",
+						   nids, nattempts)));
+	require_length(statuses, "statuses", nstatuses, nids);
+
+	args_batch_start(&b, "idem_delivered_many()");
+	id = palloc(sizeof(int64) * nids);
+	attempt = palloc(sizeof(int32) * nids);
+	status = palloc0(sizeof(int32) * nids);
+	has_status = palloc0(sizeof(bool) * nids);
+	iit = walk(ids);
+	ait = walk(attempts);
+	sit = walk(statuses);
+	for (int i = 0; i < nids; i++)
+	{
+		Datum		value;
+
+		b.element = i + 1;
+		(void) next_element(iit, &value);
+		id[i] = DatumGetInt64(value);
+		(void) next_element(ait, &value);
+		attempt[i] = check_attempt(DatumGetInt32(value));
+		has_status[i] = next_element(sit, &value);
+		if (has_status[i])
+			status[i] = check_status(DatumGetInt32(value));
+	}
+	for (int i = 0; i < nids; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(b.memory);
+
+		b.element = i + 1;
+		(void) finish("idem_delivered_many()", id[i], attempt[i],
+					  FINISH_DELIVERED, NULL, has_status[i], status[i], NULL,
+					  NULL);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(b.memory);
+	}
+	args_batch_end(&b);
+	PG_RETURN_VOID();
+}
 
 /*
  * idem_take(topic, max_messages, lease, tenant).  A role that a binding

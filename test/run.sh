@@ -107,7 +107,7 @@ prove_skips() {
 			my $at = $r =~ s/^(\S+:\d+), // ? $1 : undef;
 			push @order, "$s\0$r" unless $n{"$s\0$r"}++;
 			push @{$at{"$s\0$r"}}, $at if defined $at }
-		if (/^(\S+?)(?:\.pl|\.sql|\.t)? \.\.(?: (.*))?$/) {
+		if (/^(\S+?)(?:\.pl|\.sql|\.t)? \.{2,}(?: (.*))?$/) {
 			my $rest = $2 // "";
 			($script = $1) =~ s{.*/}{};
 			if ($rest =~ /^skipped:\s*(.*?)\s*$/) { add($script, $1); $whole{$script} = 1 }
