@@ -39,11 +39,13 @@
 #include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_trigger.h"
+#include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "commands/defrem.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "nodes/readfuncs.h"
 #include "storage/lmgr.h"
 #include "storage/sinval.h"
@@ -553,6 +555,32 @@ access_lock_row(Relation rel, ItemPointer tid, Snapshot snapshot,
 }
 
 /*
+ * Run SQL as owner, the owner of a table of idem's: switch to it, pin
+ * search_path to pg_catalog and schema, and connect to SPI, until
+ * access_sql_leave (an error in between restores all of it with the
+ * transaction's abort).  Callers check the tenant binding before, as the
+ * caller.
+ */
+void
+access_sql_enter(AccessAsOwner *a, Oid owner, Oid schema)
+{
+	GetUserIdAndSecContext(&a->caller_userid, &a->caller_sec_context);
+	SetUserIdAndSecContext(owner,
+						   a->caller_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	a->nestlevel = settings_pin_search_path(schema);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+void
+access_sql_leave(AccessAsOwner *a)
+{
+	SPI_finish();
+	AtEOXact_GUC(true, a->nestlevel);
+	SetUserIdAndSecContext(a->caller_userid, a->caller_sec_context);
+}
+
+/*
  * Run sql through SPI (the caller is connected), with values of argtypes
  * for its parameters, and check that it answered as expected
  * (SPI_OK_SELECT, ...); the rows it returned or changed.  Statements that
@@ -570,4 +598,23 @@ access_run_sql(const char *sql, int nargs, Oid *argtypes, Datum *values,
 		elog(ERROR, "SPI_execute_with_args failed: %s",
 			 SPI_result_code_string(rc));
 	return SPI_processed;
+}
+
+/*
+ * Run a purge's DELETE (the caller is connected), whose parameters are $1,
+ * the time before which what expired is deleted, and $2, the most rows one
+ * batch deletes; *more when the batch was full.  How many it deleted.
+ */
+uint64
+access_run_purge(const char *sql, TimestampTz now, int batch, bool *more)
+{
+	Oid			argtypes[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	uint64		deleted;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(batch);
+	deleted = access_run_sql(sql, 2, argtypes, values, false, SPI_OK_DELETE);
+	*more = deleted >= (uint64) batch;
+	return deleted;
 }

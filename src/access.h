@@ -114,8 +114,20 @@ extern TM_Result access_lock_row(Relation rel, ItemPointer tid,
 								 Snapshot snapshot, TupleTableSlot *slot,
 								 LockWaitPolicy policy, bool find_last,
 								 const char *what);
+/* A caller's identity, kept while a room runs SQL as a table's owner */
+typedef struct AccessAsOwner
+{
+	Oid			caller_userid;
+	int			caller_sec_context;
+	int			nestlevel;
+} AccessAsOwner;
+
+extern void access_sql_enter(AccessAsOwner *a, Oid owner, Oid schema);
+extern void access_sql_leave(AccessAsOwner *a);
 extern uint64 access_run_sql(const char *sql, int nargs, Oid *argtypes,
 							 Datum *values, bool read_only, int expected);
+extern uint64 access_run_purge(const char *sql, TimestampTz now, int batch,
+							   bool *more);
 extern void access_columns(Relation rel, const char *const *names, int n,
 						   AttrNumber *attnum);
 

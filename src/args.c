@@ -266,6 +266,22 @@ attempt_from_arg(FunctionCallInfo fcinfo, int argno, int32 *attempt)
 	return true;
 }
 
+/* An integer argument, not NULL, at least 1 */
+int32
+positive_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	int32		value;
+
+	require_not_null(fcinfo, argno, name);
+	value = PG_GETARG_INT32(argno);
+	if (value < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be at least 1", name),
+				 errdetail("The value given was %d.", value)));
+	return value;
+}
+
 bool
 bool_from_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 {

@@ -50,6 +50,8 @@ extern Jsonb *headers_from_arg(FunctionCallInfo fcinfo, int argno);
 extern int32 check_attempt(int32 attempt);
 extern bool attempt_from_arg(FunctionCallInfo fcinfo, int argno,
 							 int32 *attempt);
+extern int32 positive_from_arg(FunctionCallInfo fcinfo, int argno,
+							   const char *name);
 extern bool bool_from_arg(FunctionCallInfo fcinfo, int argno,
 						  const char *name);
 

@@ -54,14 +54,6 @@ PG_FUNCTION_INFO_V1(idem_spend);
 /* The SQLSTATE of a spend the budget cannot cover */
 #define ERRCODE_IDEM_BUDGET_SPENT	MAKE_SQLSTATE('I','B','0','0','1')
 
-/* One call's reach of idem_budget: as its owner, under a pinned path */
-typedef struct BudgetCall
-{
-	Oid			caller_userid;
-	int			caller_sec_context;
-	int			nestlevel;
-} BudgetCall;
-
 /*
  * idem_budget's OID in this database, InvalidOid if its SQL objects are
  * older than 0.4.0's
@@ -80,7 +72,7 @@ budget_relation(Oid schema)
  * for a call, an error then.
  */
 static bool
-budget_enter(BudgetCall *bc, const char *function)
+budget_enter(AccessAsOwner *bc, const char *function)
 {
 	Oid			schema = idem_extension_schema();
 	Oid			relid = budget_relation(schema);
@@ -105,21 +97,8 @@ budget_enter(BudgetCall *bc, const char *function)
 		elog(ERROR, "cache lookup failed for relation %u", relid);
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
-	GetUserIdAndSecContext(&bc->caller_userid, &bc->caller_sec_context);
-	SetUserIdAndSecContext(owner,
-						   bc->caller_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	bc->nestlevel = settings_pin_search_path(schema);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	access_sql_enter(bc, owner, schema);
 	return true;
-}
-
-static void
-budget_leave(BudgetCall *bc)
-{
-	SPI_finish();
-	AtEOXact_GUC(true, bc->nestlevel);
-	SetUserIdAndSecContext(bc->caller_userid, bc->caller_sec_context);
 }
 
 /* Column c (from 1) of the first row SPI returned, an int4 */
@@ -132,13 +111,21 @@ first_int(int c)
 									   SPI_tuptable->tupdesc, c, &isnull));
 }
 
-/* The tenant and task arguments, checked, and the binding as the caller */
+/*
+ * The arguments both functions begin with, as the statements' parameters
+ * $1 to $4: the tenant and the task (the binding checked, as the caller),
+ * a count of attempts (argument 2, named name) and the transaction's start
+ */
 static void
-tenant_task_from_args(FunctionCallInfo fcinfo, text **tenant, text **task)
+budget_args(FunctionCallInfo fcinfo, const char *name, Datum *values)
 {
-	*tenant = key_part_from_arg(fcinfo, 0, "tenant");
-	*task = key_part_from_arg(fcinfo, 1, "task");
-	tenant_check(*tenant);
+	text	   *tenant = key_part_from_arg(fcinfo, 0, "tenant");
+
+	values[1] = PointerGetDatum(key_part_from_arg(fcinfo, 1, "task"));
+	values[2] = Int32GetDatum(positive_from_arg(fcinfo, 2, name));
+	tenant_check(tenant);
+	values[0] = PointerGetDatum(tenant);
+	values[3] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 }
 
 /*
@@ -150,41 +137,26 @@ tenant_task_from_args(FunctionCallInfo fcinfo, text **tenant, text **task)
 Datum
 idem_budget(PG_FUNCTION_ARGS)
 {
-	text	   *tenant;
-	text	   *task;
-	int32		attempts;
-	Interval   *ttl;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	TimestampTz expires;
 	Oid			argtypes[5] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID,
 	TIMESTAMPTZOID};
 	Datum		values[5];
-	BudgetCall	bc;
+	TimestampTz now;
+	TimestampTz expires;
+	AccessAsOwner bc;
 	int32		total;
 	int32		spent;
 
-	tenant_task_from_args(fcinfo, &tenant, &task);
-	require_not_null(fcinfo, 2, "attempts");
-	attempts = PG_GETARG_INT32(2);
-	if (attempts < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("attempts must be at least 1"),
-				 errdetail("The attempts given were %d.", attempts)));
+	budget_args(fcinfo, "attempts", values);
 	require_not_null(fcinfo, 3, "ttl");
-	ttl = PG_GETARG_INTERVAL_P(3);
-	expires = protocol_time_plus(now, ttl, "ttl");
+	now = DatumGetTimestampTz(values[3]);
+	expires = protocol_time_plus(now, PG_GETARG_INTERVAL_P(3), "ttl");
 	if (expires <= now)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be positive")));
+	values[4] = TimestampTzGetDatum(expires);
 
 	(void) budget_enter(&bc, "idem_budget()");
-	values[0] = PointerGetDatum(tenant);
-	values[1] = PointerGetDatum(task);
-	values[2] = Int32GetDatum(attempts);
-	values[3] = TimestampTzGetDatum(now);
-	values[4] = TimestampTzGetDatum(expires);
 	/* a live budget is locked and kept; an expired one is replaced */
 	if (access_run_sql("INSERT INTO idem_budget AS b"
 					   " (tenant, task, total, spent, created_at, expires_at)"
@@ -204,12 +176,13 @@ idem_budget(PG_FUNCTION_ARGS)
 		elog(ERROR, "idem_budget() found no budget after its insert");
 	total = first_int(1);
 	spent = first_int(2);
-	budget_leave(&bc);
-	if (total != attempts)
+	access_sql_leave(&bc);
+	if (total != DatumGetInt32(values[2]))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idem budget of task \"%s\" has %d attempts, not %d",
-						text_to_cstring(task), total, attempts),
+						TextDatumGetCString(values[1]), total,
+						DatumGetInt32(values[2])),
 				 errdetail("A task's budget is created once; every layer asks for the same total.")));
 	PG_RETURN_INT32(total - spent);
 }
@@ -221,31 +194,17 @@ idem_budget(PG_FUNCTION_ARGS)
 Datum
 idem_spend(PG_FUNCTION_ARGS)
 {
-	text	   *tenant;
-	text	   *task;
-	int32		n;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	Oid			argtypes[4] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID};
 	Datum		values[4];
-	BudgetCall	bc;
+	AccessAsOwner bc;
 	int32		left;
 	int32		total;
 	int32		spent;
+	int32		n;
 
-	tenant_task_from_args(fcinfo, &tenant, &task);
-	require_not_null(fcinfo, 2, "n");
-	n = PG_GETARG_INT32(2);
-	if (n < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("n must be at least 1"),
-				 errdetail("The n given was %d.", n)));
-
+	budget_args(fcinfo, "n", values);
+	n = DatumGetInt32(values[2]);
 	(void) budget_enter(&bc, "idem_spend()");
-	values[0] = PointerGetDatum(tenant);
-	values[1] = PointerGetDatum(task);
-	values[2] = Int32GetDatum(n);
-	values[3] = TimestampTzGetDatum(now);
 	if (access_run_sql("UPDATE idem_budget b"
 					   " SET spent = b.spent OPERATOR(pg_catalog.+) $3"
 					   " WHERE b.tenant OPERATOR(pg_catalog.=) $1"
@@ -257,7 +216,7 @@ idem_spend(PG_FUNCTION_ARGS)
 					   4, argtypes, values, false, SPI_OK_UPDATE_RETURNING) == 1)
 	{
 		left = first_int(1);
-		budget_leave(&bc);
+		access_sql_leave(&bc);
 		PG_RETURN_INT32(left);
 	}
 
@@ -271,16 +230,16 @@ idem_spend(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("idem budget of task \"%s\" does not exist",
-						text_to_cstring(task)),
+						TextDatumGetCString(values[1])),
 				 errdetail("It was never created for tenant \"%s\", or it expired.",
-						   text_to_cstring(tenant)),
+						   TextDatumGetCString(values[0])),
 				 errhint("Create it with idem_budget().")));
 	total = first_int(1);
 	spent = first_int(2);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_BUDGET_SPENT),
 			 errmsg("idem budget of task \"%s\" cannot cover %d more attempt%s",
-					text_to_cstring(task), n, n == 1 ? "" : "s"),
+					TextDatumGetCString(values[1]), n, n == 1 ? "" : "s"),
 			 errdetail("It has spent %d of its %d attempts.", spent, total),
 			 errhint("Stop retrying the task, and report it.")));
 	PG_RETURN_NULL();			/* not reached */
@@ -294,24 +253,19 @@ idem_spend(PG_FUNCTION_ARGS)
 uint64
 budget_purge_batch(TimestampTz now, int batch, bool *more)
 {
-	Oid			argtypes[2] = {TIMESTAMPTZOID, INT4OID};
-	Datum		values[2];
-	BudgetCall	bc;
+	AccessAsOwner bc;
 	uint64		deleted;
 
 	*more = false;
 	if (!budget_enter(&bc, NULL))
 		return 0;
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(batch);
-	deleted = access_run_sql("DELETE FROM idem_budget d"
-							 " WHERE (d.tenant, d.task) IN ("
-							 "SELECT b.tenant, b.task FROM idem_budget b"
-							 " WHERE b.expires_at OPERATOR(pg_catalog.<) $1"
-							 " ORDER BY b.expires_at LIMIT $2"
-							 " FOR UPDATE SKIP LOCKED)",
-							 2, argtypes, values, false, SPI_OK_DELETE);
-	budget_leave(&bc);
-	*more = deleted >= (uint64) batch;
+	deleted = access_run_purge("DELETE FROM idem_budget d"
+							   " WHERE (d.tenant, d.task) IN ("
+							   "SELECT b.tenant, b.task FROM idem_budget b"
+							   " WHERE b.expires_at OPERATOR(pg_catalog.<) $1"
+							   " ORDER BY b.expires_at LIMIT $2"
+							   " FOR UPDATE SKIP LOCKED)",
+							   now, batch, more);
+	access_sql_leave(&bc);
 	return deleted;
 }

@@ -1413,13 +1413,8 @@ uint64
 outbox_purge_batch(TimestampTz now, int batch, bool *more)
 {
 	Oid			schema = idem_extension_schema();
-	Oid			argtypes[2] = {TIMESTAMPTZOID, INT4OID};
-	Datum		args[2];
-	int			nestlevel;
 	uint64		deleted;
-	Oid			userid;
-	int			sec_context;
-
+	AccessAsOwner owner;
 	Oid			relid = OidIsValid(schema) ?
 		get_relname_relid("idem_outbox", schema) : InvalidOid;
 
@@ -1429,25 +1424,15 @@ outbox_purge_batch(TimestampTz now, int batch, bool *more)
 
 	/* as the table's owner, as every access to it (outbox_open) */
 	(void) outbox_relation();
-	GetUserIdAndSecContext(&userid, &sec_context);
-	SetUserIdAndSecContext(outbox_table.owner,
-						   sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	nestlevel = settings_pin_search_path(schema);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	args[0] = TimestampTzGetDatum(now);
-	args[1] = Int32GetDatum(batch);
-	deleted = access_run_sql("DELETE FROM idem_outbox o"
-							 " WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
-							 "SELECT m.id FROM idem_outbox m"
-							 " WHERE m.state OPERATOR(pg_catalog.=) ANY (ARRAY['delivered', 'dead'])"
-							 " AND m.expires_at OPERATOR(pg_catalog.<) $1"
-							 " ORDER BY m.expires_at LIMIT $2"
-							 " FOR UPDATE SKIP LOCKED))",
-							 2, argtypes, args, false, SPI_OK_DELETE);
-	SPI_finish();
-	AtEOXact_GUC(true, nestlevel);
-	SetUserIdAndSecContext(userid, sec_context);
-	*more = deleted >= (uint64) batch;
+	access_sql_enter(&owner, outbox_table.owner, schema);
+	deleted = access_run_purge("DELETE FROM idem_outbox o"
+							   " WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+							   "SELECT m.id FROM idem_outbox m"
+							   " WHERE m.state OPERATOR(pg_catalog.=) ANY (ARRAY['delivered', 'dead'])"
+							   " AND m.expires_at OPERATOR(pg_catalog.<) $1"
+							   " ORDER BY m.expires_at LIMIT $2"
+							   " FOR UPDATE SKIP LOCKED))",
+							   now, batch, more);
+	access_sql_leave(&owner);
 	return deleted;
 }
