@@ -57,13 +57,40 @@ RESET ROLE;
 DROP ROLE idem_watcher;
 DROP ROLE idem_app;
 
--- idem.log_outcomes logs one greppable line per claim
+-- idem.log_outcomes logs one greppable line per decision, with the
+-- transaction's idem.trace, its values escaped
 SET idem.log_outcomes = on;
 SET client_min_messages = log;
+BEGIN;
+SET LOCAL idem.trace = 't-1';
 SELECT outcome FROM idem_claim('acme', 'POST /orders', 'logged');
+COMMIT;
 SELECT outcome FROM idem_claim('acme', 'POST /orders', 'logged');
 SELECT outcome FROM idem_claim('acme', 'POST /orders', 'a');
+SET idem.trace = 'evil" outcome=replay
+LOG:  x';
+SELECT outcome FROM idem_claim('acme', 'POST /orders', 'a"b\');
+RESET idem.trace;
+-- the outbox's decisions
+SELECT outcome FROM idem_enqueue('acme', 'mail', 'm1', 'x'::bytea);
+SELECT outcome FROM idem_enqueue('acme', 'mail', 'm1', 'y'::bytea);
+SELECT key, attempt FROM idem_take('mail');
+SELECT idem_delivered(id, 1) FROM idem_outbox WHERE key = 'm1';
+-- conflicts: only in_progress, mismatch and unknown
+SET idem.log_outcomes = conflicts;
+SELECT outcome FROM idem_claim('acme', 'POST /orders', 'quiet');
+SELECT outcome FROM idem_claim('acme', 'POST /orders', 'quiet');
+SELECT outcome FROM idem_enqueue('acme', 'mail', 'm1', 'x'::bytea);
+SELECT outcome FROM idem_enqueue('acme', 'mail', 'm1', 'z'::bytea);
+-- 0.3.0's boolean spellings
+SET idem.log_outcomes = true;
+SHOW idem.log_outcomes;
+SET idem.log_outcomes = 'loud';
 RESET client_min_messages;
 RESET idem.log_outcomes;
+-- idem.trace is any role's, at most 255 bytes
+SET idem.trace = 'ok';
+SELECT set_config('idem.trace', repeat('t', 256), true);
+RESET idem.trace;
 
 DROP EXTENSION idem;

@@ -95,6 +95,7 @@
 
 #include "access.h"
 #include "args.h"
+#include "decisions.h"
 #include "extension.h"
 #include "fingerprint.h"
 #include "outbox.h"
@@ -340,6 +341,28 @@ deform_message(Outbox *ob, Message *m)
 }
 
 /*
+ * The log line of a decision (enqueue, take, delivered, retry, dead) over
+ * message id, whose row the slot holds (decisions.c): its outcome (for a
+ * finish, the state it left) and attempt; conflict tells whether
+ * idem.log_outcomes = conflicts logs it too
+ */
+static void
+log_message(Outbox *ob, const char *decision, bool conflict,
+			const char *outcome, int64 id, int32 attempt)
+{
+	IdemKey		key;
+	bool		isnull;
+
+	if (!decisions_logged(conflict))
+		return;
+	key.tenant = DatumGetTextPP(COLUMN(ob, O_TENANT, &isnull));
+	key.endpoint = DatumGetTextPP(COLUMN(ob, O_TOPIC, &isnull));
+	key.key = DatumGetTextPP(COLUMN(ob, O_KEY, &isnull));
+	decisions_log(decision, &key, "topic", "outcome=%s id=%lld attempt=%d",
+				  outcome, (long long) id, attempt);
+}
+
+/*
  * The state a message is in, as the next take will write it: a lease that
  * ran out leaves a message that may not be redelivered unknown, one whose
  * run of attempts is used up dead, and any other queued (due again).
@@ -560,6 +583,7 @@ enqueue(Outbox *ob, const NewMessage *nm, Enqueued *out)
 			out->id = id;
 			out->state = MSG_QUEUED;
 			out->created_at = ob->now;
+			log_message(ob, "enqueue", false, out->outcome, id, 0);
 			Async_Notify(OUTBOX_CHANNEL, text_to_cstring(nm->key.endpoint));
 			return;
 		}
@@ -597,6 +621,8 @@ enqueue(Outbox *ob, const NewMessage *nm, Enqueued *out)
 			out->id = m.id;
 			out->state = shown_state(&m, ob->now);
 			out->created_at = m.created_at;
+			log_message(ob, "enqueue", strcmp(out->outcome, "mismatch") == 0,
+						out->outcome, m.id, m.attempt);
 		}
 		return;
 	}
@@ -741,12 +767,16 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 				set_column(values, nulls, O_STATE,
 						   CStringGetTextDatum(state_names[MSG_UNKNOWN]), false);
 				update_row(ob, &m.tid, values, nulls);
+				log_message(ob, "take", true, state_names[MSG_UNKNOWN], m.id,
+							m.attempt);
 				continue;
 			}
 			if (s == MSG_DEAD)
 			{
 				finish_row(ob, &m, MSG_DEAD, "the last attempt's lease ran out",
 						   false, 0, NULL);
+				log_message(ob, "take", false, state_names[MSG_DEAD], m.id,
+							m.attempt);
 				continue;
 			}
 		}
@@ -783,6 +813,8 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 		row[7] = TimestampTzGetDatum(lease_expires_at);
 		/* the tuplestore copies the row before the update reuses the slot */
 		tuplestore_putvalues(store, desc, row, rownulls);
+		log_message(ob, "take", false, state_names[MSG_LEASED], m.id,
+					m.attempt + 1);
 		update_row(ob, &m.tid, values, nulls);
 		taken++;
 	}
@@ -962,6 +994,9 @@ finish(const char *function, int64 id, int32 attempt, FinishHow how,
 			result = MSG_QUEUED;
 			break;
 	}
+	log_message(&ob, how == FINISH_DELIVERED ? "delivered" :
+				how == FINISH_RETRY ? "retry" : "dead", false,
+				state_names[result], m.id, m.attempt);
 	outbox_close(&ob);
 	return result;
 }

@@ -50,6 +50,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "decisions.h"
 #include "protocol.h"
 #include "record.h"
 #include "settings.h"
@@ -567,8 +568,8 @@ claim(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 }
 
 /*
- * One log line per claim, with idem.log_outcomes: every request of one
- * intent can be found in the server log by grepping for its key.
+ * The claim's log line (decisions.c): every request of one intent can be
+ * found in the server log by grepping for its key or its trace id
  */
 static void
 log_claim(const IdemKey *key, const IdemAnswer *answer)
@@ -577,14 +578,8 @@ log_claim(const IdemKey *key, const IdemAnswer *answer)
 
 	if (answer->has_record)
 		snprintf(attempt, sizeof(attempt), "%d", answer->attempt);
-	ereport(LOG,
-			(errmsg("idem claim: tenant=\"%s\" endpoint=\"%s\" key=\"%s\" outcome=%s attempt=%s",
-					text_to_cstring(key->tenant),
-					text_to_cstring(key->endpoint),
-					text_to_cstring(key->key),
-					outcome_name(answer->outcome), attempt),
-			 errhidestmt(true),
-			 errhidecontext(true)));
+	decisions_log("claim", key, "endpoint", "outcome=%s attempt=%s",
+				  outcome_name(answer->outcome), attempt);
 }
 
 /*
@@ -600,8 +595,9 @@ protocol_claim(ProtocolBatch *batch, const IdemKey *key,
 	claim(batch != NULL ? batch->records : NULL, key, fp, wait, lease,
 		  retention, wait_timeout, answer);
 	stats_count_claim(answer->outcome);
-	settings_require_readable();
-	if (idem_log_outcomes)
+	if (decisions_logged(answer->outcome == IDEM_IN_PROGRESS ||
+						 answer->outcome == IDEM_MISMATCH ||
+						 answer->outcome == IDEM_UNKNOWN))
 		log_claim(key, answer);
 }
 

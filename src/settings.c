@@ -62,7 +62,8 @@ int			idem_max_lease = 0;
 int			idem_purge_interval = 60 * 1000;
 int			idem_purge_batch = 10000;
 int			idem_max_body_size = 1024;
-bool		idem_log_outcomes = false;
+int			idem_log_outcomes = IDEM_LOG_OFF;
+char	   *idem_trace = NULL;
 bool		idem_standby_replay = false;
 bool		idem_require_binding = false;
 int			idem_outbox_retention = 7 * 24 * 60 * 60;
@@ -74,6 +75,33 @@ int			idem_outbox_backoff_max = 60 * 60 * 1000;
 #define IDEM_MAX_BODY_KB	((int) (MaxAllocSize / 1024))
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
+
+/* idem.log_outcomes' values; 0.3.0's boolean spellings are kept, hidden */
+static const struct config_enum_entry log_outcomes_options[] = {
+	{"off", IDEM_LOG_OFF, false},
+	{"on", IDEM_LOG_ON, false},
+	{"conflicts", IDEM_LOG_CONFLICTS, false},
+	{"true", IDEM_LOG_ON, true},
+	{"false", IDEM_LOG_OFF, true},
+	{"yes", IDEM_LOG_ON, true},
+	{"no", IDEM_LOG_OFF, true},
+	{"1", IDEM_LOG_ON, true},
+	{"0", IDEM_LOG_OFF, true},
+	{NULL, 0, false}
+};
+
+/* idem.trace: as long as a key may be */
+static bool
+check_trace(char **newval, void **extra, GucSource source)
+{
+	if (*newval != NULL && strlen(*newval) > IDEM_MAX_KEY_BYTES)
+	{
+		GUC_check_errdetail("idem.trace is at most %d bytes long.",
+							IDEM_MAX_KEY_BYTES);
+		return false;
+	}
+	return true;
+}
 
 /* A superuser-only setting whose configured value was lost, if any */
 static char *unreadable = NULL;
@@ -229,14 +257,24 @@ settings_init(void)
 							GUC_UNIT_KB,
 							NULL, NULL, NULL);
 
-	DefineCustomBoolVariable("idem.log_outcomes",
-							 "Logs one line per claim: tenant, endpoint, key, outcome and attempt.",
-							 NULL,
+	DefineCustomEnumVariable("idem.log_outcomes",
+							 "Logs one line per decision: off, on, or only the conflicts.",
+							 "conflicts logs a claim's in_progress, mismatch and unknown and an enqueue's mismatch.",
 							 &idem_log_outcomes,
-							 false,
+							 IDEM_LOG_OFF,
+							 log_outcomes_options,
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("idem.trace",
+							   "The trace id of this transaction's request, stored by an executing claim and an enqueue and logged with each decision.",
+							   "At most 255 bytes; set it with SET LOCAL.",
+							   &idem_trace,
+							   "",
+							   PGC_USERSET,
+							   0,
+							   check_trace, NULL, NULL);
 
 	DefineCustomBoolVariable("idem.standby_replay",
 							 "Lets idem_replay answer on a standby or a logical-replication subscriber of idem_record, from data that may lag the primary.",

@@ -19,7 +19,16 @@ extern int	idem_max_lease;		/* milliseconds, 0: no cap */
 extern int	idem_purge_interval;	/* milliseconds */
 extern int	idem_purge_batch;	/* rows */
 extern int	idem_max_body_size; /* kilobytes */
-extern bool idem_log_outcomes;
+/* idem.log_outcomes: which decisions get a LOG line (decisions.c) */
+typedef enum IdemLogOutcomes
+{
+	IDEM_LOG_OFF,
+	IDEM_LOG_ON,
+	IDEM_LOG_CONFLICTS
+} IdemLogOutcomes;
+
+extern int	idem_log_outcomes;
+extern char *idem_trace;		/* "" when not set */
 extern bool idem_standby_replay;
 extern bool idem_require_binding;
 extern int	idem_outbox_retention;	/* seconds */
