@@ -67,6 +67,18 @@ async def slow_commit(request: Request) -> Response:
     return PlainTextResponse(f"done {uuid.uuid4()}")
 
 
+async def failing_commit(request: Request) -> Response:
+    """The first run of a test (x-test-id) makes its commit fail with x-fail-code."""
+    idem = request.state.idem
+    tid = request.headers.get("x-test-id")
+    counts[f"failing:{tid}"] += 1
+    await idem.conn.execute("INSERT INTO items (app, idem_key, nonce) VALUES ('asgi', %s, %s)", (idem.key, tid))
+    if counts[f"failing:{tid}"] == 1:
+        await idem.conn.execute("INSERT INTO py_failing_commit (code) VALUES (%s)",
+                                (request.headers["x-fail-code"],))
+    return PlainTextResponse(f"run {counts[f'failing:{tid}']}")
+
+
 def tenant(request: Request) -> str:
     return request.headers.get("x-tenant", "acme")
 
@@ -77,6 +89,7 @@ ROUTES = [
     Route("/declined", declined, methods=["POST"]),
     Route("/big", big, methods=["POST"]),
     Route("/slow-commit", slow_commit, methods=["POST"]),
+    Route("/failing-commit", failing_commit, methods=["POST"]),
 ]
 
 

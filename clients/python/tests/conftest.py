@@ -32,6 +32,17 @@ DO $$ BEGIN
   CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON slow_commit
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit_trigger();
 EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+-- a commit that fails with the row's SQLSTATE (40001, 40P01, 23514...), or
+-- with a broken connection (code 'terminate': the backend ends itself)
+CREATE TABLE IF NOT EXISTS py_failing_commit (id serial PRIMARY KEY, code text NOT NULL);
+CREATE OR REPLACE FUNCTION py_failing_commit_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+  IF NEW.code = 'terminate' THEN PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5); END IF;
+  RAISE EXCEPTION 'the commit fails (%)', NEW.code USING ERRCODE = NEW.code;
+END $$;
+DO $$ BEGIN
+  CREATE CONSTRAINT TRIGGER py_failing_commit AFTER INSERT ON py_failing_commit
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION py_failing_commit_trigger();
+EXCEPTION WHEN duplicate_object THEN NULL; END $$;
 """
 
 

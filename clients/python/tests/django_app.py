@@ -83,6 +83,17 @@ def slow_commit(request: HttpRequest) -> HttpResponse:
     return HttpResponse(f"done {uuid.uuid4()}", content_type="text/plain")
 
 
+def failing_commit(request: HttpRequest) -> HttpResponse:
+    """The first run of a test (X-Test-Id) makes its commit fail with X-Fail-Code."""
+    idem = request.idem  # type: ignore[attr-defined]
+    tid = request.headers.get("X-Test-Id")
+    counts[f"failing:{tid}"] += 1
+    idem.conn.execute("INSERT INTO items (app, idem_key, nonce) VALUES ('django', %s, %s)", (idem.key, tid))
+    if counts[f"failing:{tid}"] == 1:
+        idem.conn.execute("INSERT INTO py_failing_commit (code) VALUES (%s)", (request.headers["X-Fail-Code"],))
+    return HttpResponse(f"run {counts[f'failing:{tid}']}", content_type="text/plain")
+
+
 def body_json(request: HttpRequest) -> Any:
     return json.loads(request.body or b"{}")
 
@@ -95,6 +106,7 @@ urlpatterns = [
     path("declined", csrf_exempt(declined)),
     path("big", csrf_exempt(big)),
     path("slow-commit", csrf_exempt(slow_commit)),
+    path("failing-commit", csrf_exempt(failing_commit)),
 ]
 
 application = get_wsgi_application()

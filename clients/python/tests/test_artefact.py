@@ -41,8 +41,8 @@ def test_build_install_and_run(db: Any) -> None:
         subprocess.run(["cp", "-r", str(ROOT), str(src)], check=True)
         subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel",
                         "--outdir", str(dist), str(src)], check=True, capture_output=True)
-        wheel = next(dist.glob("pg_idem-0.3.0-*.whl"))
-        sdist = next(dist.glob("pg-idem-0.3.0.tar.gz"), None) or next(dist.glob("pg_idem-0.3.0.tar.gz"))
+        wheel = next(dist.glob("pg_idem-0.4.0-*.whl"))
+        sdist = next(dist.glob("pg-idem-0.4.0.tar.gz"), None) or next(dist.glob("pg_idem-0.4.0.tar.gz"))
         names = zipfile.ZipFile(wheel).namelist()
         for f in ["pg_idem/__init__.py", "pg_idem/_claim.py", "pg_idem/_http.py", "pg_idem/_outbox.py",
                   "pg_idem/asgi.py", "pg_idem/django.py", "pg_idem/py.typed"]:

@@ -199,6 +199,70 @@ def test_a_response_too_large_to_store_is_logged_and_answered_alike_without_runn
     assert server.counts[f"big:{tid}"] == 1
 
 
+def failing_commit(server: Any, key: Any, tid: str, code: str) -> httpx.Response:
+    return post(server.url, "/failing-commit", key, headers={"x-test-id": tid, "x-fail-code": code})
+
+
+def runs(db: Any, tid: str) -> int:
+    return db.execute("SELECT count(*) FROM items WHERE nonce = %s", (tid,)).fetchone()[0]
+
+
+@pytest.mark.parametrize("code", ["40001", "40P01", "55P03", "terminate"])
+def test_a_commit_that_fails_but_may_pass_gets_503_with_retry_after_records_nothing_and_the_retry_runs_again(
+        server: Any, db: Any, caplog: pytest.LogCaptureFixture, code: str) -> None:
+    key, tid = new_key(), new_key()
+    first = failing_commit(server, key, tid, code)
+    assert_problem(first, 503)
+    assert first.headers["retry-after"] == "1"
+    assert first.json()["code"] == "idempotency-store-failed"
+    sqlstate = "57P01" if code == "terminate" else code  # a broken connection: the backend's last word
+    (log,) = [r for r in caplog.records if getattr(r, "idempotency_key", None) == key]
+    assert log.levelno == logging.ERROR and log.name == "pg_idem"
+    assert log.sqlstate == sqlstate or (code == "terminate" and log.sqlstate is None)  # type: ignore[attr-defined]
+    error = server.errors[-1]
+    assert isinstance(error, pg_idem.ResponseNotStored) and error.retryable and error.claim.key == key
+    assert error.claim.verdict == "rolled_back"
+    assert stored(db, "POST /failing-commit", key) is None, "nothing recorded: the claim rolled back too"
+    assert runs(db, tid) == 0, "the handler's writes were rolled back"
+    retry = failing_commit(server, key, tid, code)
+    assert retry.status_code == 200 and "idempotent-replayed" not in retry.headers
+    assert retry.text == "run 2"
+    assert server.counts[f"failing:{tid}"] == 2
+    assert stored(db, "POST /failing-commit", key)[0] == "succeeded"
+    assert runs(db, tid) == 1
+
+
+def test_a_commit_without_a_key_that_fails_but_may_pass_gets_503_with_retry_after(
+        server: Any, db: Any, caplog: pytest.LogCaptureFixture) -> None:
+    tid = new_key()
+    first = failing_commit(server, None, tid, "40001")
+    assert_problem(first, 503)
+    assert first.headers["retry-after"] == "1" and first.json()["code"] == "idempotency-store-failed"
+    assert any(getattr(r, "sqlstate", None) == "40001" and r.name == "pg_idem" for r in caplog.records)
+    assert isinstance(server.errors[-1], pg_idem.ResponseNotStored) and server.errors[-1].retryable
+    assert runs(db, tid) == 0
+    retry = failing_commit(server, None, tid, "40001")
+    assert retry.status_code == 200 and retry.text == "run 2" and runs(db, tid) == 1
+
+
+def test_a_commit_that_fails_for_good_is_recorded_as_a_final_failure_and_replayed(
+        server: Any, db: Any, caplog: pytest.LogCaptureFixture) -> None:
+    key, tid = new_key(), new_key()
+    first = failing_commit(server, key, tid, "23514")
+    assert_problem(first, 500)
+    assert "retry-after" not in first.headers and first.json()["code"] == "idempotency-store-failed"
+    assert any(getattr(r, "idempotency_key", None) == key and getattr(r, "sqlstate", None) == "23514"
+               for r in caplog.records)
+    error = server.errors[-1]
+    assert isinstance(error, pg_idem.ResponseNotStored) and not error.retryable and error.sqlstate == "23514"
+    assert runs(db, tid) == 0
+    assert stored(db, "POST /failing-commit", key)[:2] == ("failed", 500)
+    retry = failing_commit(server, key, tid, "23514")
+    assert retry.status_code == 500 and retry.headers["idempotent-replayed"] == "true"
+    assert retry.content == first.content
+    assert server.counts[f"failing:{tid}"] == 1
+
+
 def test_a_business_error_is_stored_and_replayed(server: Any, db: Any) -> None:
     key, tid = new_key(), new_key()
     first = post(server.url, "/declined", key, headers={"x-test-id": tid})

@@ -36,7 +36,7 @@ __all__ = [
     "Claim", "IdemError", "ResponseNotStored", "aclaim", "claim", "canonical_json", "request_fingerprint",
     "Dispatcher", "Enqueued", "Message", "Reply", "enqueue",
 ]
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 
 def __getattr__(name: str) -> Any:

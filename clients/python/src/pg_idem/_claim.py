@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -66,7 +67,8 @@ class Claim:
     status: Optional[int] = None
     headers: dict[str, Union[str, list[str]]] = field(default_factory=dict)
     body: Optional[bytes] = None
-    #: for claimed, after the block: "stored", "retryable" or "not_stored" (see ResponseNotStored)
+    #: for claimed, after the block: "stored", "retryable" (a retryable failure recorded), "not_stored"
+    #: (a final failure recorded) or "rolled_back" (nothing recorded, the claim rolled back; see ResponseNotStored)
     verdict: Optional[str] = None
 
     @property
@@ -97,27 +99,65 @@ class Claim:
 
 
 class ResponseNotStored(Exception):
-    """idem refused to store a claimed block's response, e.g. a body over ``idem.max_body_size`` (54000).
+    """A claimed block's response could not be stored, or its transaction could not commit.
 
-    Running the block again would give the same response, refused again: so
-    its writes are rolled back and the key holds a failure that is not
-    retryable, whose answer every later claim of the key replays: ``status``
-    500, ``headers`` and ``body`` (problem+json, code
-    ``idempotency-store-failed``).  ``sqlstate`` is the refusal's SQLSTATE,
-    ``claim`` the Claim.  It is logged (logger ``pg_idem``) before it is
-    raised, once the transaction committed.
+    Nothing of it was done: the block's writes are rolled back.  ``retryable``
+    says which of two cases it is, by the error's SQLSTATE (``sqlstate``,
+    None when the error is not the database's, e.g. a broken connection):
+
+    - ``retryable`` True: a failure that may pass (no SQLSTATE, class 08, 40
+      such as 40001 or 40P01, 53, 57, 58, or 55P03).  Everything is rolled
+      back, the claim too: nothing is recorded under the key and the next
+      claim executes again.  ``status`` 503; the HTTP integrations answer it
+      with ``Retry-After``.
+    - ``retryable`` False: a failure that would come again, e.g. a body over
+      ``idem.max_body_size`` (54000).  The key holds a failure that is not
+      retryable, whose answer every later claim of the key replays:
+      ``status`` 500.
+
+    ``headers`` and ``body`` are the answer (problem+json, code
+    ``idempotency-store-failed``), ``claim`` the Claim.  It is logged
+    (logger ``pg_idem``) before it is raised.
     """
 
-    def __init__(self, claim: Claim, cause: psycopg.Error) -> None:
-        super().__init__(f"pg_idem: the response to key {claim.key!r} could not be stored: {cause}")
+    def __init__(self, claim: Claim, cause: BaseException, retryable: bool = False) -> None:
+        code = _sqlstate(cause)
+        what = ("the response could not be stored" if claim.key is not None
+                else "the transaction could not be committed")
+        super().__init__(f"pg_idem: {what} (key {claim.key!r}): {cause}")
         self.claim = claim
-        self.sqlstate = cause.sqlstate
-        answer = _http.problem(
-            500, "the response could not be stored, so it was not sent and the request's writes were rolled "
-            "back; this idempotency key answers this error from now on", "idempotency-store-failed")
+        self.sqlstate = code
+        self.retryable = retryable
+        if retryable:
+            answer = _http.problem(
+                503, f"{what}, so it was not sent and the request's writes were rolled back; retry the request",
+                "idempotency-store-failed")
+        elif claim.key is not None:
+            answer = _http.problem(
+                500, "the response could not be stored, so it was not sent and the request's writes were rolled "
+                "back; this idempotency key answers this error from now on", "idempotency-store-failed")
+        else:
+            answer = _http.problem(
+                500, f"{what} (SQLSTATE {code}), and nothing was done", "idempotency-store-failed")
         self.status = answer.status
         self.headers = dict(answer.headers)
         self.body = answer.body
+
+
+_SQLSTATE = re.compile(r"[0-9A-Z]{5}")
+
+
+def _sqlstate(error: BaseException) -> Optional[str]:
+    """The SQLSTATE of an error the server raised; None for any other error."""
+    code = getattr(error, "sqlstate", None)
+    return code if isinstance(code, str) and _SQLSTATE.fullmatch(code) else None
+
+
+def _transient(error: BaseException) -> bool:
+    """Whether a failed store or commit may pass when tried again: no SQLSTATE
+    (a broken connection), class 08, 40, 53, 57 or 58, or 55P03 (lock timeout)."""
+    code = _sqlstate(error)
+    return code is None or code[:2] in ("08", "40", "53", "57", "58") or code == "55P03"
 
 
 def _fingerprint_arg(fingerprint: Fingerprint) -> tuple[str, Any]:
@@ -171,19 +211,57 @@ def _finish(c: Claim, schema: Optional[str]) -> tuple[Statement, bool]:
             (c.tenant, c.endpoint, c.key, status, c.body, c.attempt, json.dumps(c.headers))), False
 
 
-def _not_stored(c: Claim, cause: psycopg.Error, schema: Optional[str]) -> tuple[ResponseNotStored, Statement]:
-    """Log a refused response; the exception to raise and the failure to record instead."""
+def _store_failed(c: Claim, cause: BaseException, raised: Optional[BaseException] = None) -> ResponseNotStored:
+    """Log a response not stored (a transaction not committed); the exception to raise.
+
+    ``raised``: what the block raised before, logged with its traceback."""
+    retryable = _transient(cause)
+    code = _sqlstate(cause)
+    diag = getattr(cause, "diag", None)
+    message = (diag.message_primary if diag is not None else None) or str(cause) or type(cause).__name__
+    if retryable:
+        then = "everything is rolled back, the claim too, and a retry runs it again (503)"
+    elif c.key is not None:
+        then = "its writes are rolled back and the key answers 500 from now on"
+    else:
+        then = "its writes are rolled back (500)"
     body_size = len(c.body or b"")
-    logger.error(
-        "pg_idem: the response to %s (key %r, attempt %s, status %s, body %d bytes) could not be stored: "
-        "%s (SQLSTATE %s); its writes are rolled back and the key answers 500 from now on",
-        c.endpoint, c.key, c.attempt, c.status, body_size, cause.diag.message_primary or cause,
-        cause.sqlstate,
-        extra={"idempotency_key": c.key, "tenant": c.tenant, "endpoint": c.endpoint, "attempt": c.attempt,
-               "sqlstate": cause.sqlstate, "status": c.status, "body_size": body_size})
-    error = ResponseNotStored(c, cause)
-    c.verdict = "not_stored"
+    if c.key is None:
+        logger.error(
+            "pg_idem: the transaction of %s (no key, status %s) could not be committed: %s (SQLSTATE %s); %s",
+            c.endpoint, c.status, message, code, then,
+            extra={"idempotency_key": None, "tenant": None, "endpoint": c.endpoint, "attempt": None,
+                   "sqlstate": code, "status": c.status, "body_size": body_size, "retryable": retryable})
+    else:
+        logger.error(
+            "pg_idem: the response to %s (key %r, attempt %s, status %s, body %d bytes) could not be stored: "
+            "%s (SQLSTATE %s); %s",
+            c.endpoint, c.key, c.attempt, c.status, body_size, message, code, then, exc_info=raised,
+            extra={"idempotency_key": c.key, "tenant": c.tenant, "endpoint": c.endpoint, "attempt": c.attempt,
+                   "sqlstate": code, "status": c.status, "body_size": body_size, "retryable": retryable})
+    c.verdict = "rolled_back" if retryable else "not_stored"
+    return ResponseNotStored(c, cause, retryable)
+
+
+def _not_stored(c: Claim, cause: psycopg.Error, schema: Optional[str]) -> tuple[ResponseNotStored, Statement]:
+    """A refused response (a final failure): the exception to raise and the failure to record instead."""
+    error = _store_failed(c, cause)
     return error, _fail(c, schema, error.status, error.body, False, error.headers)
+
+
+def _record_failed(c: Claim, error: Exception) -> None:
+    logger.error("pg_idem: recording that the response to %s (key %r) could not be stored failed; "
+                 "the key stays claimable", c.endpoint, c.key, exc_info=error,
+                 extra={"idempotency_key": c.key, "tenant": c.tenant, "endpoint": c.endpoint,
+                        "sqlstate": _sqlstate(error)})
+
+
+def _final(c: Claim, row: Any, error: ResponseNotStored, schema: Optional[str]) -> Optional[Statement]:
+    """After a final failure that rolled the claim back: claimed again (row), the failure to record."""
+    if row is None or row[0] != "claimed":
+        return None
+    c.attempt = row[4]
+    return _fail(c, schema, error.status, error.body, False, error.headers)
 
 
 @contextmanager
@@ -206,53 +284,76 @@ def claim(
     ``respond()`` (default 200, no body) is stored and the transaction
     commits; when it raises, its writes roll back, a retryable failure is
     recorded (the next claim executes again) and the exception propagates.
-    When idem refuses to store the response, ``ResponseNotStored`` is
-    raised after the commit.  ``fingerprint``: bytes (bytea), str (text) or
+    When the response cannot be stored or the transaction cannot commit,
+    ``ResponseNotStored`` is raised: for a failure that may pass (40001,
+    40P01, a broken connection...) with everything rolled back, the claim
+    too (``retryable``); for another (54000...) once a final failure is
+    recorded under the key.  ``fingerprint``: bytes (bytea), str (text) or
     a JSON document (jsonb, canonical).  ``wait``: True (10 s) or seconds to
     wait for another holder of the key; ``lease`` in seconds.  ``schema``:
     the schema of the extension (default: found on the search_path).
     """
     kind, fp = _fingerprint_arg(fingerprint)
     timeout = _wait_args(wait)
+    claim_sql = idem_call(_CLAIM_SQL[kind], "idem_claim", schema)
     error: Optional[Exception] = None
-    with conn.transaction():
-        try:
-            with conn.transaction():
-                previous = None
-                if timeout is not None:
-                    previous = conn.execute(
-                        "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)",
-                        (f"{int(timeout * 1000)}ms",)).fetchone()[0]
-                row = conn.execute(idem_call(_CLAIM_SQL[kind], "idem_claim", schema),
-                                   _claim_args(tenant, endpoint, key, fp, timeout, lease)).fetchone()
-                if previous is not None:
-                    conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
-        except errors.LockNotAvailable:
-            row = ("in_progress", None, None, None, None, None)
-        c = _claim_from(row, conn, tenant, endpoint, key)
-        if c.outcome != "claimed":
-            yield c
-            return
-        c.status = None
-        c.headers = {}
-        record: Optional[Statement] = None  # a failure recorded once the block's writes rolled back
-        try:
-            with conn.transaction() as block:
+    settling = False  # the block is over: what fails now is storing its outcome, or the commit
+    c: Optional[Claim] = None
+    try:
+        with conn.transaction():
+            try:
+                with conn.transaction():
+                    previous = None
+                    if timeout is not None:
+                        previous = conn.execute(
+                            "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)",
+                            (f"{int(timeout * 1000)}ms",)).fetchone()[0]
+                    row = conn.execute(claim_sql, _claim_args(tenant, endpoint, key, fp, timeout, lease)).fetchone()
+                    if previous is not None:
+                        conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
+            except errors.LockNotAvailable:
+                row = ("in_progress", None, None, None, None, None)
+            c = _claim_from(row, conn, tenant, endpoint, key)
+            if c.outcome != "claimed":
                 yield c
-                stored, retryable = _finish(c, schema)
-                if retryable:
-                    record, c.verdict = stored, "retryable"
-                    raise psycopg.Rollback(block)
-                try:  # stored with the block's writes, or neither
-                    conn.execute(*stored)
+                return
+            c.status = None
+            c.headers = {}
+            record: Optional[Statement] = None  # a failure recorded once the block's writes rolled back
+            try:
+                with conn.transaction() as block:
+                    yield c
+                    settling = True
+                    stored, retryable = _finish(c, schema)
+                    if retryable:
+                        record, c.verdict = stored, "retryable"
+                        raise psycopg.Rollback(block)
+                    conn.execute(*stored)  # stored with the block's writes, or neither
                     c.verdict = "stored"
-                except psycopg.Error as e:
+            except Exception as e:
+                if not settling:  # the block failed: a system error
+                    settling = True
+                    error, record, c.verdict = e, _fail(c, schema, 500, None, True, {}), "retryable"
+                elif _transient(e):
+                    raise  # everything rolls back, the claim too
+                else:  # refused: a final failure, recorded in place of the response
                     error, record = _not_stored(c, e, schema)
-                    raise psycopg.Rollback(block) from None
-        except Exception as e:  # the block failed: a system error
-            error, record, c.verdict = e, _fail(c, schema, 500, None, True, {}), "retryable"
-        if record is not None:
-            conn.execute(*record)
+            if record is not None:
+                conn.execute(*record)
+    except Exception as e:
+        if not settling or c is None:
+            raise
+        error = _store_failed(c, e, None if isinstance(error, ResponseNotStored) else error)
+        if not error.retryable:  # the commit failed: record the final failure in a transaction of its own
+            try:
+                with conn.transaction():
+                    row = conn.execute(claim_sql, _claim_args(tenant, endpoint, key, fp, None, lease)).fetchone()
+                    final = _final(c, row, error, schema)
+                    if final is not None:
+                        conn.execute(*final)
+            except Exception as e2:
+                _record_failed(c, e2)
+        raise error from e
     if error is not None:
         raise error
 
@@ -272,47 +373,67 @@ async def aclaim(
     """``claim`` for a psycopg ``AsyncConnection``: ``async with aclaim(...) as c``."""
     kind, fp = _fingerprint_arg(fingerprint)
     timeout = _wait_args(wait)
+    claim_sql = idem_call(_CLAIM_SQL[kind], "idem_claim", schema)
     error: Optional[Exception] = None
-    async with conn.transaction():
-        try:
-            async with conn.transaction():
-                previous = None
-                if timeout is not None:
-                    cur = await conn.execute(
-                        "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)",
-                        (f"{int(timeout * 1000)}ms",))
-                    previous = (await cur.fetchone())[0]
-                cur = await conn.execute(idem_call(_CLAIM_SQL[kind], "idem_claim", schema),
-                                         _claim_args(tenant, endpoint, key, fp, timeout, lease))
-                row = await cur.fetchone()
-                if previous is not None:
-                    await conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
-        except errors.LockNotAvailable:
-            row = ("in_progress", None, None, None, None, None)
-        c = _claim_from(row, conn, tenant, endpoint, key)
-        if c.outcome != "claimed":
-            yield c
-            return
-        c.status = None
-        c.headers = {}
-        record: Optional[Statement] = None
-        try:
-            async with conn.transaction() as block:
+    settling = False
+    c: Optional[Claim] = None
+    try:
+        async with conn.transaction():
+            try:
+                async with conn.transaction():
+                    previous = None
+                    if timeout is not None:
+                        cur = await conn.execute(
+                            "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)",
+                            (f"{int(timeout * 1000)}ms",))
+                        previous = (await cur.fetchone())[0]
+                    cur = await conn.execute(claim_sql, _claim_args(tenant, endpoint, key, fp, timeout, lease))
+                    row = await cur.fetchone()
+                    if previous is not None:
+                        await conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
+            except errors.LockNotAvailable:
+                row = ("in_progress", None, None, None, None, None)
+            c = _claim_from(row, conn, tenant, endpoint, key)
+            if c.outcome != "claimed":
                 yield c
-                stored, retryable = _finish(c, schema)
-                if retryable:
-                    record, c.verdict = stored, "retryable"
-                    raise psycopg.Rollback(block)
-                try:
+                return
+            c.status = None
+            c.headers = {}
+            record: Optional[Statement] = None
+            try:
+                async with conn.transaction() as block:
+                    yield c
+                    settling = True
+                    stored, retryable = _finish(c, schema)
+                    if retryable:
+                        record, c.verdict = stored, "retryable"
+                        raise psycopg.Rollback(block)
                     await conn.execute(*stored)
                     c.verdict = "stored"
-                except psycopg.Error as e:
+            except Exception as e:
+                if not settling:
+                    settling = True
+                    error, record, c.verdict = e, _fail(c, schema, 500, None, True, {}), "retryable"
+                elif _transient(e):
+                    raise
+                else:
                     error, record = _not_stored(c, e, schema)
-                    raise psycopg.Rollback(block) from None
-        except Exception as e:
-            error, record, c.verdict = e, _fail(c, schema, 500, None, True, {}), "retryable"
-        if record is not None:
-            await conn.execute(*record)
+            if record is not None:
+                await conn.execute(*record)
+    except Exception as e:
+        if not settling or c is None:
+            raise
+        error = _store_failed(c, e, None if isinstance(error, ResponseNotStored) else error)
+        if not error.retryable:
+            try:
+                async with conn.transaction():
+                    cur = await conn.execute(claim_sql, _claim_args(tenant, endpoint, key, fp, None, lease))
+                    final = _final(c, await cur.fetchone(), error, schema)
+                    if final is not None:
+                        await conn.execute(*final)
+            except Exception as e2:
+                _record_failed(c, e2)
+        raise error from e
     if error is not None:
         raise error
 
@@ -322,20 +443,35 @@ def unkeyed(conn: psycopg.Connection[Any], endpoint: str) -> Iterator[Claim]:
     """A request without a key: the block runs in a transaction as a claimed one does, and nothing is claimed.
 
     The transaction commits when the block exits normally with a status
-    (``respond()``) below 500, and rolls back otherwise.
+    (``respond()``) below 500, and rolls back otherwise.  A commit that
+    fails raises ``ResponseNotStored`` (``retryable`` as for a claim).
     """
     c = Claim(outcome="unkeyed", conn=conn, tenant=None, endpoint=endpoint, key=None)
-    with conn.transaction() as tx:
-        yield c
-        if c.status is not None and c.status >= 500:
-            raise psycopg.Rollback(tx)
+    settling = False
+    try:
+        with conn.transaction() as tx:
+            yield c
+            settling = True
+            if c.status is not None and c.status >= 500:
+                raise psycopg.Rollback(tx)
+    except Exception as e:
+        if not settling:
+            raise
+        raise _store_failed(c, e) from e
 
 
 @asynccontextmanager
 async def aunkeyed(conn: psycopg.AsyncConnection[Any], endpoint: str) -> AsyncIterator[Claim]:
     """``unkeyed`` for a psycopg ``AsyncConnection``."""
     c = Claim(outcome="unkeyed", conn=conn, tenant=None, endpoint=endpoint, key=None)
-    async with conn.transaction() as tx:
-        yield c
-        if c.status is not None and c.status >= 500:
-            raise psycopg.Rollback(tx)
+    settling = False
+    try:
+        async with conn.transaction() as tx:
+            yield c
+            settling = True
+            if c.status is not None and c.status >= 500:
+                raise psycopg.Rollback(tx)
+    except Exception as e:
+        if not settling:
+            raise
+        raise _store_failed(c, e) from e

@@ -93,6 +93,12 @@ def outcome_answer(outcome: str, status: Optional[int], headers: dict[str, Any],
     return problem(st, detail, code, extra)
 
 
+def store_failed_answer(error: Any, retry_after: int) -> Answer:
+    """The answer to a ResponseNotStored: with ``Retry-After`` when it may pass (503)."""
+    extra = [("Retry-After", str(retry_after))] if error.retryable else []
+    return Answer(error.status, [*error.headers.items(), *extra], error.body)
+
+
 def header_pairs(headers: dict[str, Union[str, list[str]]]) -> list[tuple[str, str]]:
     """A stored headers object as (name, value) pairs."""
     out: list[tuple[str, str]] = []

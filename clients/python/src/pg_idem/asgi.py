@@ -49,10 +49,12 @@ class IdempotencyMiddleware:
     ``psycopg.AsyncConnection.connect(conninfo, autocommit=True)``;
     ``fingerprint(method, path, body, content_type)`` replaces the default;
     ``schema`` is the schema of the extension (default: found on the
-    search_path).  A request that fails (the handler raises, the database
-    errs, idem refuses to store the response) is logged to logger
-    ``pg_idem`` and answered 500 problem+json; ``on_error(error, request)``
-    (may be async) is then called too, e.g. to report it.
+    search_path).  A request that fails is logged to logger ``pg_idem`` and
+    answered problem+json: 503 with ``Retry-After`` (``retry_after``) when
+    its response could not be stored or its transaction could not commit
+    for a reason that may pass (40001, 40P01, a broken connection...),
+    nothing recorded; else 500.  ``on_error(error, request)`` (may be
+    async) is then called too, e.g. to report it.
     """
 
     def __init__(
@@ -162,7 +164,7 @@ class IdempotencyMiddleware:
                     pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in start.get("headers", [])]
                     c.respond(start["status"], b"".join(chunks), _http.storable_headers(pairs))
         except ResponseNotStored as e:  # logged as it was raised
-            answer = _http.Answer(e.status, list(e.headers.items()), e.body)
+            answer = _http.store_failed_answer(e, self.retry_after)
             await self._report(request, e)
         except Exception as e:
             logger.exception("pg_idem: %s failed (key %r); its writes are rolled back", endpoint, key,

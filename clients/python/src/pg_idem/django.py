@@ -20,8 +20,11 @@ A request without the key (or with an empty one), when it is not required,
 claims nothing and runs the same way, in a transaction of
 ``request.idem.conn`` (``request.idem.key`` is None).  A view that raises
 (but for Django's 4xx exceptions, such as ``Http404``), a database error and
-a response idem refuses to store are logged to logger ``pg_idem`` and
-answered 500 problem+json; ``IDEM_ON_ERROR`` is then called too.
+a response that cannot be stored are logged to logger ``pg_idem`` and
+answered problem+json: 503 with ``Retry-After`` when the store or the
+commit failed for a reason that may pass (40001, 40P01, a broken
+connection...), nothing recorded; else 500.  ``IDEM_ON_ERROR`` is then
+called too.
 ``@pg_idem.django.idempotency(required=..., wait=..., lease=..., enabled=...)``
 overrides the settings for one view.
 """
@@ -132,7 +135,7 @@ class IdempotencyMiddleware:
                 c.respond(response.status_code, body, _http.storable_headers(response.items()))
         except ResponseNotStored as e:  # logged as it was raised
             self._report(request, e)
-            return _answer(_http.Answer(e.status, list(e.headers.items()), e.body))
+            return _answer(_http.store_failed_answer(e, self.retry_after))
         except Exception as e:
             return self._failed(request, endpoint, key, e)
         # stored and committed: only now does Django send it
