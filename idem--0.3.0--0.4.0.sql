@@ -84,3 +84,22 @@ COMMENT ON FUNCTION idem_enqueue_many(text, text, text[], jsonb[], jsonb[]) IS
 	'in the caller''s transaction: idem_enqueue of each element, a row per element';
 COMMENT ON FUNCTION idem_delivered_many(bigint[], integer[], integer[]) IS
 	'idem_delivered of each lease of a batch; a stale one anywhere writes nothing of the batch';
+
+/*
+ * Seeing duplicates (0.4.0): idem_suspects reads the records first claimed
+ * in a window of time, through a BRIN index on created_at, which claims
+ * keep cheaply (records are inserted in created_at order)
+ */
+CREATE INDEX idem_record_created ON idem_record USING brin (created_at);
+
+CREATE FUNCTION idem_suspects(since interval DEFAULT '1 day',
+							  within interval DEFAULT '1 minute')
+RETURNS TABLE (tenant text, endpoint text, fingerprint bytea, keys text[],
+			   first_at timestamptz, last_at timestamptz)
+AS 'MODULE_PATHNAME', 'idem_suspects'
+LANGUAGE C STABLE;
+
+REVOKE ALL ON FUNCTION idem_suspects(interval, interval) FROM PUBLIC;
+
+COMMENT ON FUNCTION idem_suspects(interval, interval) IS
+	'operator tool: one request under several keys (same fingerprint, first claimed within "within" of each other) since "since" ago';

@@ -36,6 +36,7 @@
 PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_purge);
 PG_FUNCTION_INFO_V1(idem_list);
+PG_FUNCTION_INFO_V1(idem_suspects);
 PG_FUNCTION_INFO_V1(idem_forget);
 
 /* How a function's fingerprint argument is given */
@@ -277,6 +278,33 @@ idem_purge(PG_FUNCTION_ARGS)
  * The operator listing of one tenant's records, bodies only if asked.  A
  * session bound to a tenant can list only that tenant.
  */
+/*
+ * idem_suspects(since, within): the groups of records that look like one
+ * request under several keys (protocol_suspects).  A bound role sees its
+ * own tenant's only; the binding is read as the caller.
+ */
+Datum
+idem_suspects(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Interval   *since;
+	Interval   *within;
+	text	   *tenant;
+	List	   *rows;
+	ListCell   *lc;
+
+	require_not_null(fcinfo, 0, "since");
+	require_not_null(fcinfo, 1, "within");
+	since = PG_GETARG_INTERVAL_P(0);
+	within = PG_GETARG_INTERVAL_P(1);
+	tenant = tenant_bound();
+	InitMaterializedSRF(fcinfo, 0);
+	rows = protocol_suspects(since, within, tenant, rsinfo->setDesc);
+	foreach(lc, rows)
+		tuplestore_puttuple(rsinfo->setResult, (HeapTuple) lfirst(lc));
+	return (Datum) 0;
+}
+
 Datum
 idem_list(PG_FUNCTION_ARGS)
 {

@@ -805,6 +805,29 @@ protocol_list(text *tenant, text *endpoint, bool with_body, int32 max_rows,
 }
 
 /*
+ * The suspects of duplicates since since ago (idem_suspects): keys made
+ * anew for every retry of one request, or two layers each retrying, as
+ * groups of one fingerprint under two or more keys, each first claimed
+ * within within of another.  Of tenant only, if not NULL.  Reports, never
+ * merges: two equal requests may be two intents.
+ */
+List *
+protocol_suspects(Interval *since, Interval *within, text *tenant,
+				  TupleDesc desc)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz from = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+															   TimestampTzGetDatum(now),
+															   PointerGetDatum(since)));
+	RecordAccess *ra = record_open(NULL);
+	List	   *rows;
+
+	rows = record_suspects(ra, from, within, tenant, now, desc);
+	record_close(ra);
+	return rows;
+}
+
+/*
  * Forget a key, whatever its state: the next claim executes as a first
  * claim.  An operator's tool, for a record that must not be replayed.  It
  * waits for a transaction that is writing the key.

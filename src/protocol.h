@@ -22,6 +22,8 @@ extern bool protocol_finish(ProtocolBatch *batch, const IdemKey *key,
 							IdemFinish how, bool has_attempt, int32 attempt,
 							bool has_status, int32 status, bytea *body,
 							Jsonb *headers);
+extern List *protocol_suspects(Interval *since, Interval *within,
+							   text *tenant, TupleDesc desc);
 extern List *protocol_list(text *tenant, text *endpoint, bool with_body,
 						   int32 max_rows, TupleDesc desc);
 extern bool protocol_forget(const IdemKey *key);

@@ -407,6 +407,13 @@ record_list(RecordAccess *ra, text *tenant, text *endpoint, bool with_body,
 	return sql_list(ra, tenant, endpoint, with_body, max_rows, desc);
 }
 
+List *
+record_suspects(RecordAccess *ra, TimestampTz from, Interval *within,
+				text *tenant, TimestampTz now, TupleDesc desc)
+{
+	return sql_suspects(ra, from, within, tenant, now, desc);
+}
+
 /* ---- The facts both ways share ---- */
 
 /* The state named name, as stored in idem_record.state */

@@ -93,6 +93,9 @@ extern RecordWrite record_write(RecordAccess *ra, const IdemKey *key,
 extern bool record_forget(RecordAccess *ra, const IdemKey *key);
 extern List *record_list(RecordAccess *ra, text *tenant, text *endpoint,
 						 bool with_body, int32 max_rows, TupleDesc desc);
+extern List *record_suspects(RecordAccess *ra, TimestampTz from,
+							 Interval *within, text *tenant,
+							 TimestampTz now, TupleDesc desc);
 extern List *record_purge_targets(RecordAccess *ra, bool *distributed);
 extern uint64 record_purge_batch(RecordAccess *ra, Oid target,
 								 TimestampTz now, int batch,

@@ -86,6 +86,7 @@ typedef enum RecordPlan
 	PLAN_PURGE_SCAN,
 	PLAN_PURGE,
 	PLAN_LIST,
+	PLAN_SUSPECTS,
 	PLAN_FORGET,
 	NUM_PLANS
 } RecordPlan;
@@ -217,6 +218,33 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		" AND ($2 IS NULL OR endpoint OPERATOR(pg_catalog.=) $2)"
 		" ORDER BY endpoint, key LIMIT $4",
 		4, {TEXTOID, TEXTOID, BOOLOID, INT4OID}
+	},
+	/*
+	 * Records of one (tenant, endpoint) first claimed since $1, with one
+	 * fingerprint under two or more keys, each within $2 of the one before:
+	 * a new group starts where the gap is longer.  The BRIN index on
+	 * created_at keeps the scan to $1's window.
+	 */
+	[PLAN_SUSPECTS] = {
+		"SELECT tenant, endpoint, fingerprint,"
+		" pg_catalog.array_agg(key ORDER BY created_at, key),"
+		" pg_catalog.min(created_at), pg_catalog.max(created_at)"
+		" FROM (SELECT *, pg_catalog.sum(gap) OVER (PARTITION BY tenant, endpoint, fingerprint"
+		" ORDER BY created_at, key) AS grp"
+		" FROM (SELECT tenant, endpoint, key, fingerprint, created_at,"
+		" CASE WHEN created_at OPERATOR(pg_catalog.-) pg_catalog.lag(created_at) OVER w"
+		" OPERATOR(pg_catalog.<=) $2 THEN 0 ELSE 1 END AS gap"
+		" FROM @record@"
+		" WHERE created_at OPERATOR(pg_catalog.>=) $1"
+		" AND expires_at OPERATOR(pg_catalog.>) $4"
+		" AND fingerprint IS NOT NULL"
+		" AND ($3 IS NULL OR tenant OPERATOR(pg_catalog.=) $3)"
+		" WINDOW w AS (PARTITION BY tenant, endpoint, fingerprint"
+		" ORDER BY created_at, key)) g) s"
+		" GROUP BY tenant, endpoint, fingerprint, grp"
+		" HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>=) 2"
+		" ORDER BY 5, 1, 2",
+		4, {TIMESTAMPTZOID, INTERVALOID, TEXTOID, TIMESTAMPTZOID}
 	},
 	[PLAN_FORGET] = {
 		"DELETE FROM @record@" KEY_MATCH,
@@ -779,31 +807,19 @@ sql_write(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
 }
 
 /*
- * Up to max_rows records of a tenant (of one endpoint, if not NULL), bodies
- * only if asked, as tuples of desc, the operator listing's row type.
+ * Run read-only plan p with values and nulls, and return its rows as tuples
+ * of desc in the caller's memory.  The operator tools are STABLE: their
+ * statements run under the caller's snapshot, as PL/pgSQL runs the
+ * statements of a function that is not VOLATILE.
  */
-List *
-sql_list(RecordAccess *ra, text *tenant, text *endpoint, bool with_body,
-		 int32 max_rows, TupleDesc desc)
+static List *
+rows_of(RecordAccess *ra, RecordPlan p, Datum *values, char *nulls,
+		TupleDesc desc)
 {
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
 	List	   *rows = NIL;
 	int			rc;
 
-	sql_enter(ra);
-	values[0] = PointerGetDatum(tenant);
-	values[1] = PointerGetDatum(endpoint);
-	nulls[1] = endpoint != NULL ? ' ' : 'n';
-	values[2] = BoolGetDatum(with_body);
-	values[3] = Int32GetDatum(max_rows);
-
-	/*
-	 * idem_list is STABLE: its statement runs read-only, under the caller's
-	 * snapshot, as PL/pgSQL runs the statements of a function that is not
-	 * VOLATILE
-	 */
-	rc = SPI_execute_plan(plans[PLAN_LIST], values, nulls, true, 0);
+	rc = SPI_execute_plan(plans[p], values, nulls, true, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	if (desc->natts != SPI_tuptable->tupdesc->natts)
@@ -822,6 +838,48 @@ sql_list(RecordAccess *ra, text *tenant, text *endpoint, bool with_body,
 		MemoryContextSwitchTo(old);
 	}
 	return rows;
+}
+
+/*
+ * Up to max_rows records of a tenant (of one endpoint, if not NULL), bodies
+ * only if asked, as tuples of desc, the operator listing's row type.
+ */
+List *
+sql_list(RecordAccess *ra, text *tenant, text *endpoint, bool with_body,
+		 int32 max_rows, TupleDesc desc)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+
+	sql_enter(ra);
+	values[0] = PointerGetDatum(tenant);
+	values[1] = PointerGetDatum(endpoint);
+	nulls[1] = endpoint != NULL ? ' ' : 'n';
+	values[2] = BoolGetDatum(with_body);
+	values[3] = Int32GetDatum(max_rows);
+	return rows_of(ra, PLAN_LIST, values, nulls, desc);
+}
+
+/*
+ * The suspects (idem_suspects): groups of records of one tenant (every
+ * tenant if tenant is NULL) and endpoint that share a fingerprint under two
+ * or more keys, first claimed since from, each within within of another,
+ * live at now; as tuples of desc
+ */
+List *
+sql_suspects(RecordAccess *ra, TimestampTz from, Interval *within,
+			 text *tenant, TimestampTz now, TupleDesc desc)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+
+	sql_enter(ra);
+	values[0] = TimestampTzGetDatum(from);
+	values[1] = PointerGetDatum(within);
+	values[2] = PointerGetDatum(tenant);
+	nulls[2] = tenant != NULL ? ' ' : 'n';
+	values[3] = TimestampTzGetDatum(now);
+	return rows_of(ra, PLAN_SUSPECTS, values, nulls, desc);
 }
 
 /* Delete the key's record, whatever its state; false if it had none */

@@ -104,6 +104,8 @@ extern uint64 sql_purge_batch(RecordAccess *ra, Oid target, TimestampTz now,
 							  int batch, IdemPurgeScan *scan, bool *more);
 extern List *sql_list(RecordAccess *ra, text *tenant, text *endpoint,
 					  bool with_body, int32 max_rows, TupleDesc desc);
+extern List *sql_suspects(RecordAccess *ra, TimestampTz from, Interval *within,
+						  text *tenant, TimestampTz now, TupleDesc desc);
 
 /* record.c: the facts both ways share */
 extern const char *const record_state_names[];
