@@ -103,3 +103,44 @@ REVOKE ALL ON FUNCTION idem_suspects(interval, interval) FROM PUBLIC;
 
 COMMENT ON FUNCTION idem_suspects(interval, interval) IS
 	'operator tool: one request under several keys (same fingerprint, first claimed within "within" of each other) since "since" ago';
+
+/*
+ * Pausing an outbox topic (0.4.0): idem_take leases nothing that a pause
+ * holds (a topic, of one tenant or of all: tenant NULL)
+ */
+CREATE TABLE idem_pause (
+	topic				text COLLATE "C" NOT NULL,
+	tenant				text COLLATE "C",
+	paused_at			timestamptz NOT NULL,
+	CONSTRAINT idem_pause_key UNIQUE NULLS NOT DISTINCT (topic, tenant)
+);
+
+COMMENT ON TABLE idem_pause IS
+	'paused outbox topics (of one tenant, or of all for a NULL tenant): idem_take leases none of their messages';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_pause', '');
+
+REVOKE ALL ON idem_pause FROM PUBLIC;
+
+ALTER TABLE idem_pause ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idem_pause_tenant ON idem_pause FOR SELECT
+	USING (tenant IS NULL OR tenant OPERATOR(pg_catalog.=)
+		   coalesce(@extschema@.idem_tenant(), tenant) COLLATE "C");
+
+CREATE FUNCTION idem_pause(topic text, tenant text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_pause'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_resume(topic text, tenant text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_resume'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION idem_pause(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_resume(text, text) FROM PUBLIC;
+
+COMMENT ON FUNCTION idem_pause(text, text) IS
+	'operator tool: no dispatcher takes the topic''s messages (of tenant, or of every tenant) until idem_resume; true if this call paused them';
+COMMENT ON FUNCTION idem_resume(text, text) IS
+	'operator tool: lift idem_pause; true if there was such a pause';

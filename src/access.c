@@ -37,6 +37,7 @@
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
@@ -570,6 +571,31 @@ access_sql_enter(AccessAsOwner *a, Oid owner, Oid schema)
 	a->nestlevel = settings_pin_search_path(schema);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+}
+
+/*
+ * access_sql_enter for table name of idem's, in the extension's schema: its
+ * OID, or InvalidOid, entering nothing, when this database has no such
+ * table (SQL objects of a release older than the table)
+ */
+Oid
+access_sql_enter_table(AccessAsOwner *a, const char *name)
+{
+	Oid			schema = idem_extension_schema();
+	Oid			relid = OidIsValid(schema) ?
+		get_relname_relid(name, schema) : InvalidOid;
+	HeapTuple	tuple;
+	Oid			owner;
+
+	if (!OidIsValid(relid))
+		return InvalidOid;
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	access_sql_enter(a, owner, schema);
+	return relid;
 }
 
 void

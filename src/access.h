@@ -123,6 +123,7 @@ typedef struct AccessAsOwner
 } AccessAsOwner;
 
 extern void access_sql_enter(AccessAsOwner *a, Oid owner, Oid schema);
+extern Oid	access_sql_enter_table(AccessAsOwner *a, const char *name);
 extern void access_sql_leave(AccessAsOwner *a);
 extern uint64 access_run_sql(const char *sql, int nargs, Oid *argtypes,
 							 Datum *values, bool read_only, int expected);

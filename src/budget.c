@@ -29,20 +29,16 @@
  */
 #include "postgres.h"
 
-#include "access/htup_details.h"
-#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "access.h"
 #include "args.h"
 #include "budget.h"
-#include "extension.h"
 #include "protocol.h"
 #include "settings.h"
 #include "subscription.h"
@@ -55,17 +51,6 @@ PG_FUNCTION_INFO_V1(idem_spend);
 #define ERRCODE_IDEM_BUDGET_SPENT	MAKE_SQLSTATE('I','B','0','0','1')
 
 /*
- * idem_budget's OID in this database, InvalidOid if its SQL objects are
- * older than 0.4.0's
- */
-static Oid
-budget_relation(Oid schema)
-{
-	return OidIsValid(schema) ? get_relname_relid("idem_budget", schema) :
-		InvalidOid;
-}
-
-/*
  * Switch to the table's owner, pin the path and connect to SPI.  For the
  * purge (function, the caller's name, NULL): false, without doing any of
  * it, when this database has no idem_budget or a subscription receives it;
@@ -74,10 +59,7 @@ budget_relation(Oid schema)
 static bool
 budget_enter(AccessAsOwner *bc, const char *function)
 {
-	Oid			schema = idem_extension_schema();
-	Oid			relid = budget_relation(schema);
-	HeapTuple	tuple;
-	Oid			owner;
+	Oid			relid = access_sql_enter_table(bc, "idem_budget");
 
 	if (!OidIsValid(relid))
 	{
@@ -91,13 +73,10 @@ budget_enter(AccessAsOwner *bc, const char *function)
 	if (function != NULL)
 		require_primary_for(function, relid, "idem_budget");
 	else if (OidIsValid(subscription_of(relid)))
+	{
+		access_sql_leave(bc);
 		return false;			/* its publisher purges it */
-	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-	access_sql_enter(bc, owner, schema);
+	}
 	return true;
 }
 

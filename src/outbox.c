@@ -99,6 +99,7 @@
 #include "extension.h"
 #include "fingerprint.h"
 #include "outbox.h"
+#include "pause.h"
 #include "protocol.h"
 #include "settings.h"
 #include "subscription.h"
@@ -692,13 +693,13 @@ finish_row(Outbox *ob, const Message *m, MessageState s, const char *error,
 }
 
 /*
- * Lease up to max due messages of topic (of tenant only, if not NULL) and
- * put them into the tuplestore.  See the file's header for why two takes
+ * Lease up to max due messages of topic (of tenant only, if not NULL; of
+ * no tenant in paused) and put them into the tuplestore.  See the file's header for why two takes
  * never lease one message.
  */
 static void
 take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
-	 text *tenant, Tuplestorestate *store, TupleDesc desc)
+	 text *tenant, List *paused, Tuplestorestate *store, TupleDesc desc)
 {
 	ScanKeyData skeys[2];
 	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
@@ -725,15 +726,18 @@ take(Outbox *ob, text *topic, int32 max, TimestampTz lease_expires_at,
 		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
-		if (tenant != NULL)
+		if (tenant != NULL || paused != NIL)
 		{
 			text	   *t = DatumGetTextPP(slot_getattr(candidate,
 														outbox_table.attnum[O_TENANT],
 														&isnull));
 
-			if (VARSIZE_ANY_EXHDR(t) != VARSIZE_ANY_EXHDR(tenant) ||
-				memcmp(VARDATA_ANY(t), VARDATA_ANY(tenant),
-					   VARSIZE_ANY_EXHDR(t)) != 0)
+			if (tenant != NULL &&
+				(VARSIZE_ANY_EXHDR(t) != VARSIZE_ANY_EXHDR(tenant) ||
+				 memcmp(VARDATA_ANY(t), VARDATA_ANY(tenant),
+						VARSIZE_ANY_EXHDR(t)) != 0))
+				continue;
+			if (pause_holds(paused, t))
 				continue;
 		}
 		/*
@@ -1258,6 +1262,8 @@ idem_take(PG_FUNCTION_ARGS)
 	text	   *tenant;
 	Outbox		ob;
 	TimestampTz lease_expires_at;
+	List	   *paused;
+	bool		all_paused;
 
 	require_not_null(fcinfo, 1, "max_messages");
 	max = PG_GETARG_INT32(1);
@@ -1279,9 +1285,12 @@ idem_take(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (rsinfo->setDesc->natts != 8)
 		elog(ERROR, "incorrect number of output arguments");
+	paused = pause_tenants(topic, &all_paused);
+	if (all_paused)
+		return (Datum) 0;
 	outbox_open(&ob, true);
 	lease_expires_at = protocol_lease_end("take", ob.now, lease);
-	take(&ob, topic, max, lease_expires_at, tenant, rsinfo->setResult,
+	take(&ob, topic, max, lease_expires_at, tenant, paused, rsinfo->setResult,
 		 rsinfo->setDesc);
 	outbox_close(&ob);
 
