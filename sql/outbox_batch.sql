@@ -15,6 +15,11 @@ SELECT key, outcome FROM idem_enqueue_many('acme', 'mail',
 SELECT key, outcome FROM idem_enqueue_many('acme', 'json', ARRAY['j1', 'j1'],
 	ARRAY['{"b": 1, "a": 2}', '{"a": 2, "b": 1}']::jsonb[]);
 SELECT key, convert_from(payload, 'UTF8') AS payload, headers FROM idem_outbox ORDER BY key;
+-- under REPEATABLE READ too: the repeat is this transaction's own message
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT key, outcome FROM idem_enqueue_many('acme', 'rr', ARRAY['r1', 'r1'],
+	ARRAY['x', 'x']::bytea[]);
+ROLLBACK;
 -- nothing to enqueue
 SELECT count(*) FROM idem_enqueue_many('acme', 'mail', ARRAY[]::text[], ARRAY[]::bytea[]);
 

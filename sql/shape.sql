@@ -67,6 +67,13 @@ SELECT count(*) FROM idem_take('mail', 10);
 DROP INDEX idem_outbox_due;
 CREATE INDEX idem_outbox_due ON idem_outbox (topic, not_before, id)
 	WHERE state IN ('queued', 'leased');
+-- a session that quotes every identifier looks the indexes up alike
+SET quote_all_identifiers = on;
+DROP INDEX idem_outbox_due;
+CREATE INDEX idem_outbox_due ON idem_outbox (topic, not_before, id)
+	WHERE state IN ('queued', 'leased');
+SELECT count(*) FROM idem_take('nothing', 10);
+RESET quote_all_identifiers;
 -- the ordering key's index with an expression
 DROP INDEX idem_outbox_order;
 CREATE INDEX idem_outbox_order ON idem_outbox (tenant, topic, lower(ordering_key), id)

@@ -122,9 +122,12 @@ index_has_shape(Relation irel, const AccessIndex *shape, Oid table)
 
 	/*
 	 * Compared as pg_get_expr() shows it, under a path on which the types
-	 * it names need no schema, whatever the caller's path holds
+	 * it names need no schema and with identifiers quoted only where they
+	 * must be, whatever the caller's settings are
 	 */
 	nestlevel = settings_pin_search_path(InvalidOid);
+	(void) set_config_option("quote_all_identifiers", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	shown = deparse_expression(stringToNode(TextDatumGetCString(pred)),
 							   deparse_context_for(get_rel_name(table), table),
 							   false, false);
@@ -212,6 +215,28 @@ access_arbiters(ResultRelInfo *rri, const AttrNumber *attnums, int n)
 			for (int k = 0; k < info->ii_NumIndexKeyAttrs; k++)
 				found |= info->ii_IndexAttrNumbers[k] == attnums[c];
 			on_key &= found;
+		}
+
+		/*
+		 * ... whose equality is the probe's: the columns' collations and
+		 * the default operator classes, or a conflict in it would be one
+		 * the probe cannot find, and the insertion would be tried again
+		 * and again
+		 */
+		for (int k = 0; on_key && k < info->ii_NumIndexKeyAttrs; k++)
+		{
+			Relation	irel = rri->ri_IndexRelationDescs[i];
+			Oid			type;
+			int32		typmod;
+			Oid			collation;
+
+			get_atttypetypmodcoll(RelationGetRelid(rri->ri_RelationDesc),
+								  info->ii_IndexAttrNumbers[k], &type,
+								  &typmod, &collation);
+			on_key = irel->rd_rel->relam == BTREE_AM_OID &&
+				irel->rd_indcollation[k] == collation &&
+				irel->rd_opfamily[k] ==
+				get_opclass_family(GetDefaultOpClass(type, BTREE_AM_OID));
 		}
 		if (on_key)
 			arbiters = lappend_oid(arbiters, index->indexrelid);

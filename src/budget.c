@@ -93,7 +93,8 @@ first_int(int c)
 /*
  * The arguments both functions begin with, as the statements' parameters
  * $1 to $4: the tenant and the task (the binding checked, as the caller),
- * a count of attempts (argument 2, named name) and the transaction's start
+ * a count of attempts (argument 2, named name) and the current time, as
+ * a claim reads it (a long transaction must not date a budget in the past)
  */
 static void
 budget_args(FunctionCallInfo fcinfo, const char *name, Datum *values)
@@ -104,7 +105,7 @@ budget_args(FunctionCallInfo fcinfo, const char *name, Datum *values)
 	values[2] = Int32GetDatum(positive_from_arg(fcinfo, 2, name));
 	tenant_check(tenant);
 	values[0] = PointerGetDatum(tenant);
-	values[3] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 }
 
 /*
@@ -204,7 +205,7 @@ idem_spend(PG_FUNCTION_ARGS)
 						  " WHERE b.tenant OPERATOR(pg_catalog.=) $1"
 						  " AND b.task OPERATOR(pg_catalog.=) $2"
 						  " AND b.expires_at OPERATOR(pg_catalog.>) $4",
-						  4, argtypes, values, true, SPI_OK_SELECT);
+						  4, argtypes, values, false, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),

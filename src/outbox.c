@@ -510,6 +510,15 @@ expiry(TimestampTz now)
 	return now + (TimestampTz) idem_outbox_retention * USECS_PER_SEC;
 }
 
+/* Whether the version in slot was written by this transaction */
+static bool
+own_version(TupleTableSlot *slot)
+{
+	HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, NULL);
+
+	return TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data));
+}
+
 /*
  * Find the version of key's message that snapshot shows, into the slot;
  * false if it shows none
@@ -597,9 +606,11 @@ enqueue(Outbox *ob, const NewMessage *nm, Enqueued *out)
 		 * what the transaction cannot see, so it fails as an INSERT into a
 		 * unique index that another transaction filled meanwhile does.  A
 		 * message whose newest version it cannot see (a take since) it may
-		 * see in an older one: then the answer is that version's.
+		 * see in an older one: then the answer is that version's.  A
+		 * message this transaction wrote, even in this very statement (a
+		 * key repeated in one idem_enqueue_many), is its own to answer.
 		 */
-		if (IsolationUsesXactSnapshot() &&
+		if (IsolationUsesXactSnapshot() && !own_version(ob->slot) &&
 			!table_tuple_satisfies_snapshot(ob->rel, ob->slot,
 											GetActiveSnapshot()) &&
 			!find_key(ob, &nm->key, GetActiveSnapshot()))
@@ -1156,6 +1167,8 @@ enqueue_many_call(FunctionCallInfo fcinfo, bool jsonb)
 		Datum		row[5];
 		bool		nulls[5] = {false};
 
+		MemoryContext old = MemoryContextSwitchTo(b.memory);
+
 		b.element = i + 1;
 		enqueue(&ob, &nm[i], &out);
 		row[0] = PointerGetDatum(nm[i].key.key);
@@ -1163,7 +1176,10 @@ enqueue_many_call(FunctionCallInfo fcinfo, bool jsonb)
 		row[2] = Int64GetDatum(out.id);
 		row[3] = CStringGetTextDatum(state_names[out.state]);
 		row[4] = TimestampTzGetDatum(out.created_at);
+		/* the tuplestore copies the row */
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(b.memory);
 		ResetPerTupleExprContext(ob.estate);
 	}
 	outbox_close(&ob);

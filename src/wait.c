@@ -206,7 +206,10 @@ ms_until(TimestampTz until)
 /*
  * The pid of a process that waits for a lock this backend holds, 0 if
  * none.  Read from a copy of the lock table (GetLockStatusData), as
- * pg_locks is: once per deadlock_timeout of a claim's wait.
+ * pg_locks is: once per deadlock_timeout of a claim's wait.  A wait for
+ * this backend's virtual transaction is left out: CREATE INDEX
+ * CONCURRENTLY and its kin wait so for every older transaction, not for a
+ * lock the work holds.
  */
 static int
 blocked_by_me(void)
@@ -226,6 +229,7 @@ blocked_by_me(void)
 
 			if (other->pid == MyProcPid || other->leaderPid == MyProcPid ||
 				other->waitLockMode == NoLock ||
+				other->locktag.locktag_type == LOCKTAG_VIRTUALTRANSACTION ||
 				memcmp(&other->locktag, &mine->locktag, sizeof(LOCKTAG)) != 0)
 				continue;
 			for (LOCKMODE m = 1; m <= MaxLockMode; m++)
@@ -234,6 +238,8 @@ blocked_by_me(void)
 					blocked = other->pid;
 		}
 	}
+	pfree(locks->locks);
+	pfree(locks);
 	return blocked;
 }
 
