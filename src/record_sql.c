@@ -86,7 +86,6 @@ typedef enum RecordPlan
 	PLAN_PURGE_SCAN,
 	PLAN_PURGE,
 	PLAN_LIST,
-	PLAN_SUSPECTS,
 	PLAN_FORGET,
 	NUM_PLANS
 } RecordPlan;
@@ -219,38 +218,40 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		" ORDER BY endpoint, key LIMIT $4",
 		4, {TEXTOID, TEXTOID, BOOLOID, INT4OID}
 	},
-	/*
-	 * Records of one (tenant, endpoint) first claimed since $1, with one
-	 * fingerprint under two or more keys, each within $2 of the one before:
-	 * a new group starts where the gap is longer.  The BRIN index on
-	 * created_at keeps the scan to $1's window.
-	 */
-	[PLAN_SUSPECTS] = {
-		"SELECT tenant, endpoint, fingerprint,"
-		" pg_catalog.array_agg(key ORDER BY created_at, key),"
-		" pg_catalog.min(created_at), pg_catalog.max(created_at)"
-		" FROM (SELECT *, pg_catalog.sum(gap) OVER (PARTITION BY tenant, endpoint, fingerprint"
-		" ORDER BY created_at, key) AS grp"
-		" FROM (SELECT tenant, endpoint, key, fingerprint, created_at,"
-		" CASE WHEN created_at OPERATOR(pg_catalog.-) pg_catalog.lag(created_at) OVER w"
-		" OPERATOR(pg_catalog.<=) $2 THEN 0 ELSE 1 END AS gap"
-		" FROM @record@"
-		" WHERE created_at OPERATOR(pg_catalog.>=) $1"
-		" AND expires_at OPERATOR(pg_catalog.>) $4"
-		" AND fingerprint IS NOT NULL"
-		" AND ($3 IS NULL OR tenant OPERATOR(pg_catalog.=) $3)"
-		" WINDOW w AS (PARTITION BY tenant, endpoint, fingerprint"
-		" ORDER BY created_at, key)) g) s"
-		" GROUP BY tenant, endpoint, fingerprint, grp"
-		" HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>=) 2"
-		" ORDER BY 5, 1, 2",
-		4, {TIMESTAMPTZOID, INTERVALOID, TEXTOID, TIMESTAMPTZOID}
-	},
 	[PLAN_FORGET] = {
 		"DELETE FROM @record@" KEY_MATCH,
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 };
+
+/*
+ * Records of one (tenant, endpoint) first claimed since $1, live at $4,
+ * with one fingerprint under two or more keys, each within $2 of the one
+ * before: a new group starts where the gap is longer.  Of tenant $3 only,
+ * if not NULL.  The BRIN index on created_at keeps the scan to $1's
+ * window.  An operator's tool, planned at each call rather than kept with
+ * the per-key plans: a statement that Citus could not plan must not stop
+ * the claims.
+ */
+static const char suspects_sql[] =
+	"SELECT tenant, endpoint, fingerprint,"
+	" pg_catalog.array_agg(key ORDER BY created_at, key),"
+	" pg_catalog.min(created_at), pg_catalog.max(created_at)"
+	" FROM (SELECT *, pg_catalog.sum(gap) OVER (PARTITION BY tenant, endpoint, fingerprint"
+	" ORDER BY created_at, key) AS grp"
+	" FROM (SELECT tenant, endpoint, key, fingerprint, created_at,"
+	" CASE WHEN created_at OPERATOR(pg_catalog.-) pg_catalog.lag(created_at) OVER w"
+	" OPERATOR(pg_catalog.<=) $2 THEN 0 ELSE 1 END AS gap"
+	" FROM @record@"
+	" WHERE created_at OPERATOR(pg_catalog.>=) $1"
+	" AND expires_at OPERATOR(pg_catalog.>) $4"
+	" AND fingerprint IS NOT NULL"
+	" AND ($3 IS NULL OR tenant OPERATOR(pg_catalog.=) $3)"
+	" WINDOW w AS (PARTITION BY tenant, endpoint, fingerprint"
+	" ORDER BY created_at, key)) g) s"
+	" GROUP BY tenant, endpoint, fingerprint, grp"
+	" HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>=) 2"
+	" ORDER BY 5, 1, 2";
 
 static SPIPlanPtr plans[NUM_PLANS];
 static bool plans_valid = false;
@@ -807,19 +808,19 @@ sql_write(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
 }
 
 /*
- * Run read-only plan p with values and nulls, and return its rows as tuples
+ * Run read-only plan with values and nulls, and return its rows as tuples
  * of desc in the caller's memory.  The operator tools are STABLE: their
  * statements run under the caller's snapshot, as PL/pgSQL runs the
  * statements of a function that is not VOLATILE.
  */
 static List *
-rows_of(RecordAccess *ra, RecordPlan p, Datum *values, char *nulls,
+rows_of(RecordAccess *ra, SPIPlanPtr plan, Datum *values, char *nulls,
 		TupleDesc desc)
 {
 	List	   *rows = NIL;
 	int			rc;
 
-	rc = SPI_execute_plan(plans[p], values, nulls, true, 0);
+	rc = SPI_execute_plan(plan, values, nulls, true, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	if (desc->natts != SPI_tuptable->tupdesc->natts)
@@ -857,7 +858,7 @@ sql_list(RecordAccess *ra, text *tenant, text *endpoint, bool with_body,
 	nulls[1] = endpoint != NULL ? ' ' : 'n';
 	values[2] = BoolGetDatum(with_body);
 	values[3] = Int32GetDatum(max_rows);
-	return rows_of(ra, PLAN_LIST, values, nulls, desc);
+	return rows_of(ra, plans[PLAN_LIST], values, nulls, desc);
 }
 
 /*
@@ -873,13 +874,34 @@ sql_suspects(RecordAccess *ra, TimestampTz from, Interval *within,
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 
+	Oid			argtypes[4] = {TIMESTAMPTZOID, INTERVALOID, TEXTOID,
+	TIMESTAMPTZOID};
+	Oid			schema;
+	char	   *sql;
+	SPIPlanPtr	plan;
+	int			nestlevel;
+	List	   *rows;
+
 	sql_enter(ra);
+	schema = idem_extension_schema();
+	sql = statement_text(suspects_sql,
+						 quote_qualified_identifier(get_namespace_name(schema),
+													"idem_record"),
+						 NULL);
+	/* planned, and run, as the kept statements are: sequential scans off */
+	nestlevel = pin_settings(schema);
+	plan = SPI_prepare(sql, 4, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 sql, SPI_result_code_string(SPI_result));
 	values[0] = TimestampTzGetDatum(from);
 	values[1] = PointerGetDatum(within);
 	values[2] = PointerGetDatum(tenant);
 	nulls[2] = tenant != NULL ? ' ' : 'n';
 	values[3] = TimestampTzGetDatum(now);
-	return rows_of(ra, PLAN_SUSPECTS, values, nulls, desc);
+	rows = rows_of(ra, plan, values, nulls, desc);
+	AtEOXact_GUC(true, nestlevel);
+	return rows;
 }
 
 /* Delete the key's record, whatever its state; false if it had none */
