@@ -144,3 +144,115 @@ COMMENT ON FUNCTION idem_pause(text, text) IS
 	'operator tool: no dispatcher takes the topic''s messages (of tenant, or of every tenant) until idem_resume; true if this call paused them';
 COMMENT ON FUNCTION idem_resume(text, text) IS
 	'operator tool: lift idem_pause; true if there was such a pause';
+
+/*
+ * Freezing an entry point (0.4.0): a claim of a frozen (tenant, endpoint)
+ * that would execute answers "frozen" and writes nothing (endpoint NULL:
+ * every endpoint of the tenant), until idem_thaw or until "until".  Every
+ * backend keeps the table's rows in memory; the statement trigger tells
+ * them to read it again.
+ */
+CREATE TABLE idem_freeze (
+	tenant				text COLLATE "C" NOT NULL,
+	endpoint			text COLLATE "C",
+	reason				text,
+	until				timestamptz,
+	frozen_at			timestamptz NOT NULL,
+	CONSTRAINT idem_freeze_key UNIQUE NULLS NOT DISTINCT (tenant, endpoint)
+);
+
+COMMENT ON TABLE idem_freeze IS
+	'frozen entry points (a tenant''s endpoint, or all its endpoints for a NULL endpoint): a claim that would execute answers frozen';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_freeze', '');
+
+REVOKE ALL ON idem_freeze FROM PUBLIC;
+
+ALTER TABLE idem_freeze ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idem_freeze_tenant ON idem_freeze FOR SELECT
+	USING (tenant OPERATOR(pg_catalog.=)
+		   coalesce(@extschema@.idem_tenant(), tenant) COLLATE "C");
+
+CREATE FUNCTION idem_freeze_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_freeze_changed'
+LANGUAGE C;
+
+REVOKE ALL ON FUNCTION idem_freeze_changed() FROM PUBLIC;
+
+CREATE TRIGGER idem_freeze_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem_freeze
+	FOR EACH STATEMENT EXECUTE FUNCTION idem_freeze_changed();
+
+/* a restore or a replica-role session changes the table too */
+ALTER TABLE idem_freeze ENABLE ALWAYS TRIGGER idem_freeze_changed;
+
+CREATE FUNCTION idem_freeze(tenant text, endpoint text,
+							reason text DEFAULT NULL,
+							until timestamptz DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_freeze'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_thaw(tenant text, endpoint text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_thaw'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION idem_frozen(tenant text, endpoint text)
+RETURNS TABLE (reason text, until timestamptz)
+AS 'MODULE_PATHNAME', 'idem_frozen'
+LANGUAGE C VOLATILE ROWS 1;
+
+REVOKE ALL ON FUNCTION idem_freeze(text, text, text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_thaw(text, text) FROM PUBLIC;
+
+COMMENT ON FUNCTION idem_freeze(text, text, text, timestamptz) IS
+	'operator tool: no claim of the tenant''s endpoint (every endpoint for NULL) executes until idem_thaw or until; true if this call froze it';
+COMMENT ON FUNCTION idem_thaw(text, text) IS
+	'operator tool: lift idem_freeze; true if there was such a freeze';
+COMMENT ON FUNCTION idem_frozen(text, text) IS
+	'the freeze that makes a claim of the endpoint answer frozen now (reason, until), or no row';
+
+/* idem_stats counts the claims answered frozen (0.4.0) */
+DROP VIEW idem_stats;
+DROP FUNCTION idem_stats_read();
+
+CREATE FUNCTION idem_stats_read(OUT datid oid,
+								OUT claims_claimed bigint,
+								OUT claims_replay bigint,
+								OUT claims_in_progress bigint,
+								OUT claims_mismatch bigint,
+								OUT claims_unknown bigint,
+								OUT completes bigint,
+								OUT fails bigint,
+								OUT fails_retryable bigint,
+								OUT releases bigint,
+								OUT purged bigint,
+								OUT last_purge timestamptz,
+								OUT last_purge_ms double precision,
+								OUT stats_reset timestamptz,
+								OUT claims_frozen bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats_read'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE VIEW idem_stats AS
+	SELECT s.datid, d.datname,
+		   s.claims_claimed, s.claims_replay, s.claims_in_progress,
+		   s.claims_mismatch, s.claims_unknown,
+		   s.completes, s.fails, s.fails_retryable, s.releases,
+		   s.purged, s.last_purge, s.last_purge_ms, s.stats_reset,
+		   s.claims_frozen
+	  FROM idem_stats_read() s
+	  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.datid;
+
+REVOKE ALL ON FUNCTION idem_stats_read() FROM PUBLIC;
+REVOKE ALL ON idem_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idem_stats_read() TO pg_monitor;
+GRANT SELECT ON idem_stats TO pg_monitor;
+
+COMMENT ON VIEW idem_stats IS
+	'what idem did per database since the server started or idem_stats_reset()';
+COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval, interval) IS
+	'claim a key before executing a request: claimed, replay, in_progress, mismatch, unknown or frozen';

@@ -74,10 +74,11 @@ typedef enum IdemOutcome
 	IDEM_REPLAY,
 	IDEM_IN_PROGRESS,
 	IDEM_MISMATCH,
-	IDEM_UNKNOWN
+	IDEM_UNKNOWN,
+	IDEM_FROZEN					/* 0.4.0 */
 } IdemOutcome;
 
-#define IDEM_NUM_OUTCOMES	(IDEM_UNKNOWN + 1)
+#define IDEM_NUM_OUTCOMES	(IDEM_FROZEN + 1)
 
 /* A record's state, as stored in idem_record.state */
 typedef enum IdemState

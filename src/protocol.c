@@ -51,6 +51,7 @@
 #include "utils/timestamp.h"
 
 #include "decisions.h"
+#include "freeze.h"
 #include "protocol.h"
 #include "record.h"
 #include "settings.h"
@@ -72,7 +73,8 @@ outcome_name(IdemOutcome outcome)
 		[IDEM_REPLAY] = "replay",
 		[IDEM_IN_PROGRESS] = "in_progress",
 		[IDEM_MISMATCH] = "mismatch",
-		[IDEM_UNKNOWN] = "unknown"
+		[IDEM_UNKNOWN] = "unknown",
+		[IDEM_FROZEN] = "frozen"
 	};
 
 	return names[outcome];
@@ -395,6 +397,14 @@ answer_busy(const IdemFingerprint *fp, bool have_snap, const IdemRecord *snap,
 	}
 }
 
+/* The answer of a claim that would execute a frozen endpoint's request */
+static void
+answer_frozen(IdemAnswer *answer)
+{
+	memset(answer, 0, sizeof(*answer));
+	answer->outcome = IDEM_FROZEN;
+}
+
 /*
  * Claim a key once.  The answer says whether the caller now owns it
  * ("claimed": execute, then finish it) or what to tell the client.  Only a
@@ -453,6 +463,11 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 		}
 		if (found == RECORD_ABSENT)
 		{
+			if (freeze_holds(key, now))
+			{
+				answer_frozen(answer);
+				break;
+			}
 			if (record_insert_claim(ra, key, fp, now, lease_expires_at,
 									expires_at, &rec.attempt))
 			{
@@ -488,6 +503,11 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 			break;
 		}
 
+		if (freeze_holds(key, now))
+		{
+			answer_frozen(answer);
+			break;
+		}
 		next.state = IDEM_PENDING;
 		next.retryable = false;
 		next.has_status = false;
@@ -597,7 +617,8 @@ protocol_claim(ProtocolBatch *batch, const IdemKey *key,
 	stats_count_claim(answer->outcome);
 	if (decisions_logged(answer->outcome == IDEM_IN_PROGRESS ||
 						 answer->outcome == IDEM_MISMATCH ||
-						 answer->outcome == IDEM_UNKNOWN))
+						 answer->outcome == IDEM_UNKNOWN ||
+						 answer->outcome == IDEM_FROZEN))
 		log_claim(key, answer);
 }
 
@@ -707,7 +728,12 @@ protocol_replay(const IdemKey *key, const IdemFingerprint *fp,
 	if (!found || record_expired(&rec, now) ||
 		(rec.state == IDEM_FAILED && rec.retryable &&
 		 !fingerprints_differ(&rec.fingerprint, fp)))
-		return false;
+	{
+		if (!freeze_holds(key, now))
+			return false;
+		answer_frozen(answer);
+		return true;
+	}
 	answer_with(answer, settled_outcome(&rec, fp, now), &rec);
 	return true;
 }

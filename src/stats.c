@@ -39,8 +39,8 @@
 
 typedef enum IdemCounter
 {
-	/* claims by outcome come first, indexed by IdemOutcome */
-	CTR_COMPLETES = IDEM_NUM_OUTCOMES,
+	/* claims by outcome come first, indexed by IdemOutcome up to unknown */
+	CTR_COMPLETES = IDEM_UNKNOWN + 1,
 	CTR_FAILS,
 	CTR_FAILS_RETRYABLE,
 	CTR_RELEASES,
@@ -48,6 +48,8 @@ typedef enum IdemCounter
 	CTR_LAST_PURGE,				/* TimestampTz of the last purge visit */
 	CTR_LAST_PURGE_US,			/* its duration in microseconds */
 	CTR_RESET,					/* TimestampTz of the last reset */
+	CTR_FROZEN,					/* claims answered frozen (0.4.0: last, so
+								 * that older objects' columns stay put) */
 	NUM_COUNTERS
 } IdemCounter;
 
@@ -152,7 +154,7 @@ count(IdemCounter counter, uint64 n)
 void
 stats_count_claim(IdemOutcome outcome)
 {
-	count((IdemCounter) outcome, 1);
+	count(outcome == IDEM_FROZEN ? CTR_FROZEN : (IdemCounter) outcome, 1);
 }
 
 void
@@ -209,7 +211,8 @@ PG_FUNCTION_INFO_V1(idem_stats_reset);
 
 /*
  * One row per database that has counted something.  Columns follow the
- * IdemCounter order, as declared in the install script.  The slots are
+ * IdemCounter order, as declared in the install script; objects older than
+ * 0.4.0's have no claims_frozen column.  The slots are
  * read under the lock that assigns them, shared, so that no slot changes
  * database while it is read; the counters themselves are atomics, read as
  * they are.
@@ -221,7 +224,8 @@ idem_stats_read(PG_FUNCTION_ARGS)
 
 	require_shared();
 	InitMaterializedSRF(fcinfo, 0);
-	if (rsinfo->setDesc->natts != 1 + NUM_COUNTERS)
+	if (rsinfo->setDesc->natts != 1 + NUM_COUNTERS &&
+		rsinfo->setDesc->natts != NUM_COUNTERS)
 		elog(ERROR, "incorrect number of output arguments");
 
 	LWLockAcquire(shared->lock, LW_SHARED);
@@ -245,6 +249,7 @@ idem_stats_read(PG_FUNCTION_ARGS)
 		values[1 + CTR_LAST_PURGE_US] = Float8GetDatum(v[CTR_LAST_PURGE_US] / 1000.0);
 		nulls[1 + CTR_LAST_PURGE_US] = v[CTR_LAST_PURGE] == 0;
 		values[1 + CTR_RESET] = TimestampTzGetDatum((TimestampTz) v[CTR_RESET]);
+		values[1 + CTR_FROZEN] = Int64GetDatum((int64) v[CTR_FROZEN]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
 							 nulls);
 	}

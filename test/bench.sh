@@ -16,7 +16,9 @@
 # cycle, the latency to a LISTENing dispatcher, the size over purges);
 # IDEM_BENCH_ONLY=wal only the WAL and transaction ids of replays;
 # IDEM_BENCH_ONLY=clients only fresh and replay against the hand-written
-# SQL at 4 and at 64 clients (IDEM_BENCH_MANY), to compare how each scales.
+# SQL at 4 and at 64 clients (IDEM_BENCH_MANY), to compare how each scales;
+# IDEM_BENCH_ONLY=freeze only fresh claims with and without a frozen other
+# endpoint (what the freeze check costs the claims it does not stop).
 # The outbox part needs pgmq's source, ../shared/vendor/pgmq-1.5.1.tar.gz
 # or the file IDEM_BENCH_PGMQ names.
 set -euo pipefail
@@ -24,9 +26,9 @@ cd "$(dirname "$0")/.."
 . test/lib.sh
 
 case ${IDEM_BENCH_ONLY:-} in
-"" | batch | outbox | wal | clients) ;;
+"" | batch | outbox | wal | clients | freeze) ;;
 *)
-	say "IDEM_BENCH_ONLY=$IDEM_BENCH_ONLY: only \"batch\", \"outbox\", \"wal\" and \"clients\" are known" >&2
+	say "IDEM_BENCH_ONLY=$IDEM_BENCH_ONLY: only \"batch\", \"outbox\", \"wal\", \"clients\" and \"freeze\" are known" >&2
 	exit 1
 	;;
 esac
@@ -503,6 +505,39 @@ clients_rows() {
 }
 clients_rounds() {
 	echo "per-round tps (clients, fresh idem, fresh hand, replay idem, replay hand): $(tr '\n' ';' <"$OUT/clients.txt")"
+}
+
+# IDEM_BENCH_ONLY=freeze (issue 34): fresh claims while another endpoint of
+# the tenant and another tenant are frozen, against none frozen, alternating
+# within each round.  The check is a look at each backend's copy of
+# idem_freeze: nothing when it is empty, a comparison per freeze otherwise.
+freeze_bench() {
+	local r with without
+	say "freeze: $ROUNDS rounds of ${SECONDS_PER_RUN}s each, $CLIENTS clients"
+	: >"$OUT/freeze.txt"
+	for r in $(seq "$ROUNDS"); do
+		if [ $((r % 2)) -eq 1 ]; then
+			without=$(run fresh_idem)
+			q "SELECT idem_freeze('bench', 'POST /other', 'bench'), idem_freeze('other', NULL, 'bench')" >/dev/null
+			with=$(run fresh_idem)
+			q "SELECT idem_thaw('bench', 'POST /other'), idem_thaw('other', NULL)" >/dev/null
+		else
+			q "SELECT idem_freeze('bench', 'POST /other', 'bench'), idem_freeze('other', NULL, 'bench')" >/dev/null
+			with=$(run fresh_idem)
+			q "SELECT idem_thaw('bench', 'POST /other'), idem_thaw('other', NULL)" >/dev/null
+			without=$(run fresh_idem)
+		fi
+		echo "$with $without" | tee -a "$OUT/freeze.txt"
+	done
+}
+freeze_rows() {
+	local w o
+	w=$(awk '{print $1}' "$OUT/freeze.txt" | median)
+	o=$(awk '{print $2}' "$OUT/freeze.txt" | median)
+	echo "| fresh: claim + complete with two other endpoints frozen, $CLIENTS clients, tps (median of $ROUNDS) | $w | none frozen $o | $(ratio "$w" "$o") | ≥ 0.98 |"
+}
+freeze_rounds() {
+	echo "per-round tps (frozen others, none): $(tr '\n' ';' <"$OUT/freeze.txt")"
 }
 
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }

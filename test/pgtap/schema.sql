@@ -125,7 +125,7 @@ SELECT columns_are('idem_stats', ARRAY[
 	'datid', 'datname', 'claims_claimed', 'claims_replay',
 	'claims_in_progress', 'claims_mismatch', 'claims_unknown', 'completes',
 	'fails', 'fails_retryable', 'releases', 'purged', 'last_purge',
-	'last_purge_ms', 'stats_reset']);
+	'last_purge_ms', 'stats_reset', 'claims_frozen']);
 SELECT table_privs_are('idem_stats', 'pg_monitor', ARRAY['SELECT']);
 
 -- privileges: PUBLIC may execute the API and may not touch the table

@@ -36,6 +36,13 @@ for my $version (sort(@versions), 'current')
 		SELECT count(idem_fail('t', 'e', 'k' || i, 402, 'no')) FROM generate_series(11, 20) i;
 		SELECT count(idem_release('t', 'e', 'k' || i)) FROM generate_series(21, 30) i;
 	});
+	ok($node->poll_query_until($db, q{SELECT count(*) = 0 FROM idem_record}),
+		"$version: the purge worker purges the expired records of a database created while it runs");
+	$node->safe_psql($db, q{
+		SET idem.retry_window = '1s';
+		SET idem.retention = '2s';
+		SELECT count(idem_claim('t', 'e', 'k' || i, lease => '1s')) FROM generate_series(1, 50) i;
+	});
 	# the server restarts meanwhile (a new package's library)
 	$node->restart;
 	ok($node->poll_query_until($db, q{SELECT count(*) = 0 FROM idem_record}),
