@@ -73,7 +73,8 @@ AS 'MODULE_PATHNAME', 'idem_enqueue_many_jsonb'
 LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_delivered_many(ids bigint[], attempts integer[],
-									statuses integer[] DEFAULT NULL)
+									statuses integer[] DEFAULT NULL,
+									bodies bytea[] DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_delivered_many'
 LANGUAGE C VOLATILE;
@@ -82,7 +83,7 @@ COMMENT ON FUNCTION idem_enqueue_many(text, text, text[], bytea[], jsonb[]) IS
 	'in the caller''s transaction: idem_enqueue of each element, a row per element';
 COMMENT ON FUNCTION idem_enqueue_many(text, text, text[], jsonb[], jsonb[]) IS
 	'in the caller''s transaction: idem_enqueue of each element, a row per element';
-COMMENT ON FUNCTION idem_delivered_many(bigint[], integer[], integer[]) IS
+COMMENT ON FUNCTION idem_delivered_many(bigint[], integer[], integer[], bytea[]) IS
 	'idem_delivered of each lease of a batch; a stale one anywhere writes nothing of the batch';
 
 /*
@@ -256,3 +257,40 @@ COMMENT ON VIEW idem_stats IS
 	'what idem did per database since the server started or idem_stats_reset()';
 COMMENT ON FUNCTION idem_claim(text, text, text, bytea, boolean, interval, interval, interval) IS
 	'claim a key before executing a request: claimed, replay, in_progress, mismatch, unknown or frozen';
+
+/*
+ * Trace ids (0.4.0): idem.trace of the claim that executed and of the
+ * enqueue, shown by idem_list and idem_message
+ */
+ALTER TABLE idem_record ADD COLUMN trace text;
+ALTER TABLE idem_outbox ADD COLUMN trace text;
+COMMENT ON COLUMN idem_record.trace IS
+	'idem.trace of the claim that executed (the request''s trace id)';
+COMMENT ON COLUMN idem_outbox.trace IS
+	'idem.trace of the enqueue (the trace id of the request that made the message)';
+
+DROP FUNCTION idem_list(text, text, boolean, integer);
+CREATE FUNCTION idem_list(tenant text, endpoint text DEFAULT NULL,
+						  with_body boolean DEFAULT false,
+						  max_rows integer DEFAULT 100)
+RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
+			   status integer, attempt integer, created_at timestamptz,
+			   claimed_at timestamptz, lease_expires_at timestamptz,
+			   finished_at timestamptz, expires_at timestamptz, body bytea,
+			   headers jsonb, trace text)
+AS 'MODULE_PATHNAME', 'idem_list'
+LANGUAGE C STABLE;
+REVOKE ALL ON FUNCTION idem_list(text, text, boolean, integer) FROM PUBLIC;
+COMMENT ON FUNCTION idem_list(text, text, boolean, integer) IS
+	'operator listing of one tenant''s records, bodies only if asked';
+
+DROP FUNCTION idem_message(text, text, text);
+CREATE FUNCTION idem_message(tenant text, topic text, key text)
+RETURNS TABLE (id bigint, state text, attempt integer,
+			   not_before timestamptz, last_error text, status integer,
+			   body bytea, created_at timestamptz, finished_at timestamptz,
+			   expires_at timestamptz, trace text)
+AS 'MODULE_PATHNAME', 'idem_message'
+LANGUAGE C STABLE ROWS 1;
+COMMENT ON FUNCTION idem_message(text, text, text) IS
+	'the poll: a message''s state and the receiver''s answer';

@@ -25,7 +25,8 @@ CREATE TABLE idem_record (
 	lease_expires_at	timestamptz NOT NULL,
 	finished_at			timestamptz,
 	expires_at			timestamptz NOT NULL,
-	headers				jsonb CHECK (jsonb_typeof(headers) = 'object')
+	headers				jsonb CHECK (jsonb_typeof(headers) = 'object'),
+	trace				text
 ) WITH (fillfactor = 70);
 
 CREATE UNIQUE INDEX idem_record_key ON idem_record (tenant, endpoint, key);
@@ -45,6 +46,8 @@ COMMENT ON COLUMN idem_record.attempt IS
 	'the fencing token: one more for each re-claim, above every attempt of the key''s deleted records';
 COMMENT ON COLUMN idem_record.lease_expires_at IS
 	'when a committed pending claim stops being in_progress and becomes unknown';
+COMMENT ON COLUMN idem_record.trace IS
+	'idem.trace of the claim that executed (the request''s trace id)';
 
 /* pg_dump keeps the records: they are data, not configuration we recreate */
 SELECT pg_catalog.pg_extension_config_dump('idem_record', '');
@@ -388,7 +391,7 @@ RETURNS TABLE (endpoint text, key text, state text, retryable boolean,
 			   status integer, attempt integer, created_at timestamptz,
 			   claimed_at timestamptz, lease_expires_at timestamptz,
 			   finished_at timestamptz, expires_at timestamptz, body bytea,
-			   headers jsonb)
+			   headers jsonb, trace text)
 AS 'MODULE_PATHNAME', 'idem_list'
 LANGUAGE C STABLE;
 
@@ -740,7 +743,8 @@ CREATE TABLE idem_outbox (
 	created_at			timestamptz NOT NULL,
 	finished_at			timestamptz,
 	expires_at			timestamptz,
-	CONSTRAINT idem_outbox_pkey PRIMARY KEY (id)
+	CONSTRAINT idem_outbox_pkey PRIMARY KEY (id),
+	trace				text
 );
 
 ALTER SEQUENCE idem_outbox_id_seq OWNED BY idem_outbox.id;
@@ -764,6 +768,8 @@ COMMENT ON COLUMN idem_outbox.attempt IS
 	'the latest take''s fencing token: 1 for the first take, one more for each';
 COMMENT ON COLUMN idem_outbox.not_before IS
 	'when the message is due: for a leased message, when its lease runs out';
+COMMENT ON COLUMN idem_outbox.trace IS
+	'idem.trace of the enqueue (the trace id of the request that made the message)';
 COMMENT ON COLUMN idem_outbox.expires_at IS
 	'when a finished message is purged; before it finishes, created_at plus the retention its enqueue fixed';
 
@@ -858,7 +864,7 @@ CREATE FUNCTION idem_message(tenant text, topic text, key text)
 RETURNS TABLE (id bigint, state text, attempt integer,
 			   not_before timestamptz, last_error text, status integer,
 			   body bytea, created_at timestamptz, finished_at timestamptz,
-			   expires_at timestamptz)
+			   expires_at timestamptz, trace text)
 AS 'MODULE_PATHNAME', 'idem_message'
 LANGUAGE C STABLE ROWS 1;
 
@@ -993,7 +999,8 @@ AS 'MODULE_PATHNAME', 'idem_enqueue_many_jsonb'
 LANGUAGE C VOLATILE;
 
 CREATE FUNCTION idem_delivered_many(ids bigint[], attempts integer[],
-									statuses integer[] DEFAULT NULL)
+									statuses integer[] DEFAULT NULL,
+									bodies bytea[] DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_delivered_many'
 LANGUAGE C VOLATILE;
@@ -1002,7 +1009,7 @@ COMMENT ON FUNCTION idem_enqueue_many(text, text, text[], bytea[], jsonb[]) IS
 	'in the caller''s transaction: idem_enqueue of each element, a row per element';
 COMMENT ON FUNCTION idem_enqueue_many(text, text, text[], jsonb[], jsonb[]) IS
 	'in the caller''s transaction: idem_enqueue of each element, a row per element';
-COMMENT ON FUNCTION idem_delivered_many(bigint[], integer[], integer[]) IS
+COMMENT ON FUNCTION idem_delivered_many(bigint[], integer[], integer[], bytea[]) IS
 	'idem_delivered of each lease of a batch; a stale one anywhere writes nothing of the batch';
 
 /*

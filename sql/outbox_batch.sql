@@ -26,8 +26,9 @@ SELECT count(*) FROM idem_enqueue_many('acme', 'mail', ARRAY[]::text[], ARRAY[]:
 -- a take's leases finished in one call, with the receivers' statuses
 SELECT array_agg(id ORDER BY key) AS ids, array_agg(attempt ORDER BY key) AS attempts
   FROM idem_take('mail', 10) \gset
-SELECT idem_delivered_many(:'ids', :'attempts', ARRAY[200, NULL, 202, 201]);
-SELECT key, state, status FROM idem_outbox WHERE topic = 'mail' ORDER BY key;
+SELECT idem_delivered_many(:'ids', :'attempts', ARRAY[200, NULL, 202, 201],
+	ARRAY['ok', NULL, NULL, '']::bytea[]);
+SELECT key, state, status, body FROM idem_outbox WHERE topic = 'mail' ORDER BY key;
 -- a stale attempt anywhere: 55000, and nothing of the batch is written
 SELECT id AS j1 FROM idem_outbox WHERE key = 'j1' \gset
 SELECT attempt FROM idem_take('json');
@@ -47,6 +48,7 @@ SELECT idem_enqueue_many('acme', 'mail', NULL, ARRAY['x']::bytea[]);
 SELECT idem_delivered_many(ARRAY[:j1], ARRAY[1, 2]);
 SELECT idem_delivered_many(ARRAY[:j1], NULL);
 SELECT idem_delivered_many(ARRAY[:j1], ARRAY[1], ARRAY[700]);
+SELECT idem_delivered_many(ARRAY[:j1], ARRAY[1], NULL, ARRAY['a', 'b']::bytea[]);
 SELECT count(*) FROM idem_outbox WHERE key LIKE 'k%';
 
 -- the tenant binding: a bound role enqueues its own tenant's messages and

@@ -415,6 +415,26 @@ access_columns(Relation rel, const char *const *names, int n,
 }
 
 /*
+ * The attribute number of a column that a later release's upgrade script
+ * adds (0.4.0's trace), InvalidAttrNumber in a table of older objects;
+ * an error for one of another type than the script makes
+ */
+AttrNumber
+access_optional_column(Oid relid, const char *name, Oid type)
+{
+	AttrNumber	attnum = get_attnum(relid, name);
+
+	if (attnum != InvalidAttrNumber && get_atttype(relid, attnum) != type)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("column \"%s\" of table \"%s\" has type %s, idem needs %s",
+						name, get_rel_name(relid),
+						format_type_be(get_atttype(relid, attnum)),
+						format_type_be(type))));
+	return attnum;
+}
+
+/*
  * Apply rel's constraints to the row in slot: an error (23514, 23502) if
  * it breaks one.  The prepared expressions are kept in checks, until
  * access_invalidate clears checks->valid for an invalidation of rel.

@@ -129,6 +129,8 @@ extern uint64 access_run_sql(const char *sql, int nargs, Oid *argtypes,
 							 Datum *values, bool read_only, int expected);
 extern uint64 access_run_purge(const char *sql, TimestampTz now, int batch,
 							   bool *more);
+extern AttrNumber access_optional_column(Oid relid, const char *name,
+										 Oid type);
 extern void access_columns(Relation rel, const char *const *names, int n,
 						   AttrNumber *attnum);
 

@@ -165,6 +165,7 @@ typedef struct OutboxTables
 {
 	Oid			seq;
 	Oid			index[NUM_OUTBOX_INDEXES];
+	AttrNumber	trace;			/* 0.4.0's column, or InvalidAttrNumber */
 } OutboxTables;
 
 static OutboxTables tables;
@@ -226,6 +227,7 @@ look_up_rest(AccessTable *t, Oid schema)
 				 errmsg("sequence \"idem_outbox_id_seq\" of extension \"idem\" does not exist in this database")));
 	for (int i = 0; i < NUM_OUTBOX_INDEXES; i++)
 		tables.index[i] = access_index_of(&index_shapes[i], schema, t->relid);
+	tables.trace = access_optional_column(t->relid, "trace", TEXTOID);
 }
 
 /* idem_outbox's OID, for subscription.c */
@@ -576,6 +578,13 @@ enqueue(Outbox *ob, const NewMessage *nm, Enqueued *out)
 			   false);
 	set_column(values, nulls, O_EXPIRES_AT,
 			   TimestampTzGetDatum(expiry(ob->now)), false);
+	/* the enqueue's idem.trace, as a claim that executes stores it */
+	if (tables.trace != InvalidAttrNumber && idem_trace != NULL &&
+		idem_trace[0] != '\0')
+	{
+		values[tables.trace - 1] = CStringGetTextDatum(idem_trace);
+		nulls[tables.trace - 1] = false;
+	}
 
 	for (;;)
 	{
@@ -1191,8 +1200,8 @@ IDEM_SQL_FUNCTION(idem_enqueue_many, enqueue_many_call, false);
 IDEM_SQL_FUNCTION(idem_enqueue_many_jsonb, enqueue_many_call, true);
 
 /*
- * idem_delivered_many(ids, attempts, statuses): idem_delivered of each
- * element, in the caller's transaction.  Empty or NULL arrays (a take that
+ * idem_delivered_many(ids, attempts, statuses, bodies): idem_delivered of
+ * each element, in the caller's transaction.  Empty or NULL arrays (a take that
  * found nothing) finish nothing; a stale attempt anywhere errors as
  * idem_delivered does, and the error takes the batch's earlier finishes
  * with it, so nothing of the batch is written.
@@ -1208,13 +1217,18 @@ idem_delivered_many(PG_FUNCTION_ARGS)
 										  &nattempts);
 	ArrayType  *statuses = array_from_arg(fcinfo, 2, "statuses", true, true,
 										  &nstatuses);
+	int			nbodies = 0;
+	ArrayType  *bodies = PG_NARGS() > 3 ?
+		array_from_arg(fcinfo, 3, "bodies", true, true, &nbodies) : NULL;
 	int64	   *id;
 	int32	   *attempt;
 	int32	   *status;
 	bool	   *has_status;
+	bytea	  **body;
 	ArrayIterator iit;
 	ArrayIterator ait;
 	ArrayIterator sit;
+	ArrayIterator bit;
 	ArgsBatch	b;
 
 	if (nids == 0 && nattempts == 0)
@@ -1226,15 +1240,18 @@ idem_delivered_many(PG_FUNCTION_ARGS)
 				 errdetail("ids has %d elements, attempts has %d.",
 						   nids, nattempts)));
 	require_length(statuses, "statuses", nstatuses, nids);
+	require_length(bodies, "bodies", nbodies, nids);
 
 	args_batch_start(&b, "idem_delivered_many()");
 	id = palloc(sizeof(int64) * nids);
 	attempt = palloc(sizeof(int32) * nids);
 	status = palloc0(sizeof(int32) * nids);
 	has_status = palloc0(sizeof(bool) * nids);
+	body = palloc0(sizeof(bytea *) * nids);
 	iit = walk(ids);
 	ait = walk(attempts);
 	sit = walk(statuses);
+	bit = walk(bodies);
 	for (int i = 0; i < nids; i++)
 	{
 		Datum		value;
@@ -1247,6 +1264,11 @@ idem_delivered_many(PG_FUNCTION_ARGS)
 		has_status[i] = next_element(sit, &value);
 		if (has_status[i])
 			status[i] = check_status(DatumGetInt32(value));
+		if (next_element(bit, &value))
+		{
+			body[i] = DatumGetByteaPP(value);
+			check_body_size("body", body[i]);
+		}
 	}
 	for (int i = 0; i < nids; i++)
 	{
@@ -1254,7 +1276,7 @@ idem_delivered_many(PG_FUNCTION_ARGS)
 
 		b.element = i + 1;
 		(void) finish("idem_delivered_many()", id[i], attempt[i],
-					  FINISH_DELIVERED, NULL, has_status[i], status[i], NULL,
+					  FINISH_DELIVERED, NULL, has_status[i], status[i], body[i],
 					  NULL);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(b.memory);
@@ -1431,15 +1453,16 @@ idem_message(PG_FUNCTION_ARGS)
 	key.key = key_part_from_arg(fcinfo, 2, "key");
 	tenant_check(key.tenant);
 	InitMaterializedSRF(fcinfo, 0);
-	if (rsinfo->setDesc->natts != 10)
+	/* 0.4.0's objects show the trace too */
+	if (rsinfo->setDesc->natts != 10 && rsinfo->setDesc->natts != 11)
 		elog(ERROR, "incorrect number of output arguments");
 
 	outbox_open(&ob, false);
 	if (find_key(&ob, &key, GetActiveSnapshot()))
 	{
 		Message		m;
-		Datum		row[10];
-		bool		nulls[10] = {false};
+		Datum		row[11] = {0};
+		bool		nulls[11] = {false};
 		static const OutboxColumn copied[] = {O_LAST_ERROR, O_STATUS, O_BODY};
 
 		deform_message(&ob, &m);
@@ -1454,6 +1477,9 @@ idem_message(PG_FUNCTION_ARGS)
 		/* an unfinished message's expires_at is its retention's anchor */
 		row[9] = COLUMN(&ob, O_EXPIRES_AT, &nulls[9]);
 		nulls[9] = nulls[9] || !m.finished;
+		nulls[10] = true;
+		if (tables.trace != InvalidAttrNumber)
+			row[10] = slot_getattr(ob.slot, tables.trace, &nulls[10]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
 	}
 	outbox_close(&ob);

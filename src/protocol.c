@@ -397,6 +397,13 @@ answer_busy(const IdemFingerprint *fp, bool have_snap, const IdemRecord *snap,
 	}
 }
 
+/* What a claim that executes stores as its record's trace: idem.trace */
+static const char *
+claim_trace(void)
+{
+	return idem_trace != NULL && idem_trace[0] != '\0' ? idem_trace : NULL;
+}
+
 /* The answer of a claim that would execute a frozen endpoint's request */
 static void
 answer_frozen(IdemAnswer *answer)
@@ -469,7 +476,8 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 				break;
 			}
 			if (record_insert_claim(ra, key, fp, now, lease_expires_at,
-									expires_at, &rec.attempt))
+									expires_at, claim_trace(),
+									&rec.attempt))
 			{
 				rec.created_at = now;
 				rec.lease_expires_at = lease_expires_at;
@@ -509,6 +517,7 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 			break;
 		}
 		next.state = IDEM_PENDING;
+		next.trace = claim_trace();
 		next.retryable = false;
 		next.has_status = false;
 		next.body = NULL;

@@ -95,6 +95,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
@@ -137,6 +138,7 @@ typedef struct RecordTables
 	bool		distributed;	/* through SQL: record_sql.c */
 	Oid			key_index;
 	Oid			floor_index;
+	AttrNumber	trace;			/* 0.4.0's column, or InvalidAttrNumber */
 } RecordTables;
 
 static RecordTables tables;
@@ -173,6 +175,7 @@ look_up_rest(AccessTable *t, Oid schema)
 		access_refuse_write_triggers(t->relid);
 	}
 	t->other = access_table("idem_attempt_floor", schema);
+	tables.trace = access_optional_column(t->relid, "trace", TEXTOID);
 	tables.key_index = access_index_of(&key_index, schema, t->relid);
 	tables.floor_index = access_index_of(&floor_index, schema, t->other);
 }
@@ -347,10 +350,10 @@ bool
 record_insert_claim(RecordAccess *ra, const IdemKey *key,
 					const IdemFingerprint *fp, TimestampTz now,
 					TimestampTz lease_expires_at, TimestampTz expires_at,
-					int32 *attempt)
+					const char *trace, int32 *attempt)
 {
 	return ra->methods->insert_claim(ra, key, fp, now, lease_expires_at,
-									 expires_at, attempt);
+									 expires_at, trace, attempt);
 }
 
 /*
@@ -885,6 +888,13 @@ set_record(Datum *values, bool *nulls, const IdemRecord *rec, TimestampTz now)
 			   pending);
 	set_column(values, nulls, C_EXPIRES_AT,
 			   TimestampTzGetDatum(rec->expires_at), false);
+	/* the claim that executes dates the record's trace; a finish keeps it */
+	if (pending && tables.trace != InvalidAttrNumber)
+	{
+		values[tables.trace - 1] = rec->trace != NULL ?
+			CStringGetTextDatum(rec->trace) : (Datum) 0;
+		nulls[tables.trace - 1] = rec->trace == NULL;
+	}
 }
 
 /* Replace the version at tid (locked or inserted by this transaction) */
@@ -907,7 +917,7 @@ static bool
 direct_insert_claim(RecordAccess *ra, const IdemKey *key,
 					const IdemFingerprint *fp, TimestampTz now,
 					TimestampTz lease_expires_at, TimestampTz expires_at,
-					int32 *attempt)
+					const char *trace, int32 *attempt)
 {
 	int			natts;
 	Datum	   *values;
@@ -932,6 +942,7 @@ direct_insert_claim(RecordAccess *ra, const IdemKey *key,
 	claim.created_at = now;
 	claim.lease_expires_at = lease_expires_at;
 	claim.expires_at = expires_at;
+	claim.trace = trace;
 	set_column(values, nulls, C_TENANT, PointerGetDatum(key->tenant), false);
 	set_column(values, nulls, C_ENDPOINT, PointerGetDatum(key->endpoint),
 			   false);

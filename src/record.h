@@ -35,6 +35,8 @@ typedef struct IdemRecord
 	TimestampTz created_at;
 	TimestampTz lease_expires_at;
 	TimestampTz expires_at;
+	const char *trace;			/* a pending claim's idem.trace to write,
+								 * NULL for none; never read back */
 
 	/*
 	 * Set by a probe: the version read (its tid on the direct way; the SQL
@@ -85,7 +87,8 @@ extern void record_unlock(RecordAccess *ra, const IdemKey *key);
 extern bool record_insert_claim(RecordAccess *ra, const IdemKey *key,
 								const IdemFingerprint *fp,
 								TimestampTz now, TimestampTz lease_expires_at,
-								TimestampTz expires_at, int32 *attempt);
+								TimestampTz expires_at, const char *trace,
+								int32 *attempt);
 extern RecordWrite record_write(RecordAccess *ra, const IdemKey *key,
 								const IdemRecord *probed,
 								const IdemRecord *next, TimestampTz now,

@@ -130,20 +130,24 @@ enum
 
 typedef struct PlanSpec
 {
-	const char *sql;			/* @record@: idem_record, @floor@: idem_attempt_floor */
+	/*
+	 * @record@: idem_record, @floor@: idem_attempt_floor; @{...}@: only
+	 * where idem_record has the column trace (0.4.0's objects on)
+	 */
+	const char *sql;
 	int			nargs;
-	Oid			argtypes[14];
+	Oid			argtypes[15];
 } PlanSpec;
 
 static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_INSERT] = {
 		/* the floor is read apart: Citus cannot plan it inside the INSERT */
 		"INSERT INTO @record@ (tenant, endpoint, key, state, fingerprint, attempt,"
-		" created_at, claimed_at, lease_expires_at, expires_at)"
-		" VALUES ($1, $2, $3, 'pending', $4, $8, $5, $5, $6, $7)"
+		" created_at, claimed_at, lease_expires_at, expires_at@{, trace}@)"
+		" VALUES ($1, $2, $3, 'pending', $4, $8, $5, $5, $6, $7@{, $9}@)"
 		" ON CONFLICT (tenant, endpoint, key) DO NOTHING",
-		8, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}
+		9, {TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TEXTOID}
 	},
 	[PLAN_FLOOR] = {
 		"SELECT attempt FROM @floor@" FLOOR_MATCH,
@@ -170,17 +174,22 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 		3, {TEXTOID, TEXTOID, TEXTOID}
 	},
 	[PLAN_WRITE] = {
-		/* $14 is now: a pending claim's claimed_at, or when it finished */
+		/*
+		 * $14 is now: a pending claim's claimed_at, or when it finished;
+		 * $15 a pending claim's trace (a finish keeps the claim's)
+		 */
 		"UPDATE @record@ SET state = $4, retryable = $5, fingerprint = $6,"
 		" status = $7, body = $8, headers = $9, attempt = $10,"
 		" created_at = $11, lease_expires_at = $12, expires_at = $13,"
 		" claimed_at = CASE WHEN $4 OPERATOR(pg_catalog.=) 'pending'"
 		" THEN $14 ELSE claimed_at END,"
 		" finished_at = CASE WHEN $4 OPERATOR(pg_catalog.=) 'pending'"
-		" THEN NULL ELSE $14 END" KEY_MATCH,
-		14, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, BYTEAOID, INT4OID,
+		" THEN NULL ELSE $14 END"
+		"@{, trace = CASE WHEN $4 OPERATOR(pg_catalog.=) 'pending'"
+		" THEN $15 ELSE trace END}@" KEY_MATCH,
+		15, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, BYTEAOID, INT4OID,
 			BYTEAOID, JSONBOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID}
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID}
 	},
 	[PLAN_PURGE_SCAN] = {
 		/* $4[b + 1]: whether the purge leaves bucket b for later */
@@ -212,7 +221,8 @@ static const PlanSpec plan_specs[NUM_PLANS] = {
 	[PLAN_LIST] = {
 		"SELECT endpoint, key, state, retryable, status, attempt, created_at,"
 		" claimed_at, lease_expires_at, finished_at, expires_at,"
-		" CASE WHEN $3 THEN body END, CASE WHEN $3 THEN headers END FROM @record@"
+		" CASE WHEN $3 THEN body END, CASE WHEN $3 THEN headers END@{, trace}@"
+		" FROM @record@"
 		" WHERE tenant OPERATOR(pg_catalog.=) $1"
 		" AND ($2 IS NULL OR endpoint OPERATOR(pg_catalog.=) $2)"
 		" ORDER BY endpoint, key LIMIT $4",
@@ -254,6 +264,7 @@ static const char suspects_sql[] =
 	" ORDER BY 5, 1, 2";
 
 static SPIPlanPtr plans[NUM_PLANS];
+static bool record_has_trace = false;	/* idem_record.trace exists */
 static bool plans_valid = false;
 static bool callback_registered = false;
 static Oid	record_relid = InvalidOid;
@@ -293,7 +304,8 @@ pin_settings(Oid schema)
 
 /*
  * A statement's text: the template of plan_specs with the tables' qualified
- * names in place of @record@ and @floor@
+ * names in place of @record@ and @floor@, and its @{...}@ sections kept
+ * only where idem_record has the column trace
  */
 static char *
 statement_text(const char *template, const char *record, const char *floor)
@@ -313,6 +325,15 @@ statement_text(const char *template, const char *record, const char *floor)
 		{
 			appendStringInfoString(&sql, floor);
 			p += 7;
+		}
+		else if (strncmp(p, "@{", 2) == 0)
+		{
+			const char *end = strstr(p, "}@");
+
+			Assert(end != NULL);
+			if (record_has_trace)
+				appendBinaryStringInfo(&sql, p + 2, end - (p + 2));
+			p = end + 2;
 		}
 		else
 			appendStringInfoChar(&sql, *p++);
@@ -358,6 +379,8 @@ prepare_plans(void)
 
 	schema = idem_extension_schema();
 	record_relid = access_table("idem_record", schema);
+	record_has_trace = access_optional_column(record_relid, "trace", TEXTOID) !=
+		InvalidAttrNumber;
 	qualified = quote_qualified_identifier(get_namespace_name(schema),
 										   "idem_record");
 	qualified_floor = quote_qualified_identifier(get_namespace_name(schema),
@@ -538,10 +561,10 @@ static bool
 sql_insert_claim(RecordAccess *ra, const IdemKey *key,
 				 const IdemFingerprint *fp, TimestampTz now,
 				 TimestampTz lease_expires_at, TimestampTz expires_at,
-				 int32 *attempt)
+				 const char *trace, int32 *attempt)
 {
-	Datum		values[8];
-	char		nulls[8];
+	Datum		values[9];
+	char		nulls[9];
 	int32		floor;
 
 	key_datums(key, values, nulls);
@@ -552,6 +575,8 @@ sql_insert_claim(RecordAccess *ra, const IdemKey *key,
 	*attempt = read_floor(values, nulls, false) + 1;
 	values[7] = Int32GetDatum(*attempt);
 	nulls[4] = nulls[5] = nulls[6] = nulls[7] = ' ';
+	values[8] = trace != NULL ? CStringGetTextDatum(trace) : (Datum) 0;
+	nulls[8] = trace != NULL ? ' ' : 'n';
 
 	run_plan(PLAN_INSERT, values, nulls, 0);
 	if (SPI_processed != 1)
@@ -777,8 +802,8 @@ sql_write(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
 		  const IdemRecord *next, TimestampTz now, bool wait)
 {
 	RecordWrite result;
-	Datum		values[14];
-	char		nulls[14];
+	Datum		values[15];
+	char		nulls[15];
 
 	result = lock_probed(key, probed, wait);
 	if (result != RECORD_WRITTEN)
@@ -800,6 +825,9 @@ sql_write(RecordAccess *ra, const IdemKey *key, const IdemRecord *probed,
 	values[11] = TimestampTzGetDatum(next->lease_expires_at);
 	values[12] = TimestampTzGetDatum(next->expires_at);
 	values[13] = TimestampTzGetDatum(now);
+	values[14] = next->state == IDEM_PENDING && next->trace != NULL ?
+		CStringGetTextDatum(next->trace) : (Datum) 0;
+	nulls[14] = values[14] != (Datum) 0 ? ' ' : 'n';
 
 	run_plan(PLAN_WRITE, values, nulls, 0);
 	if (SPI_processed != 1)

@@ -72,7 +72,8 @@ struct RecordMethods
 	bool		(*insert_claim) (RecordAccess *ra, const IdemKey *key,
 								 const IdemFingerprint *fp, TimestampTz now,
 								 TimestampTz lease_expires_at,
-								 TimestampTz expires_at, int32 *attempt);
+								 TimestampTz expires_at, const char *trace,
+								 int32 *attempt);
 	RecordWrite (*write) (RecordAccess *ra, const IdemKey *key,
 						  const IdemRecord *probed, const IdemRecord *next,
 						  TimestampTz now, bool wait);

@@ -8,7 +8,7 @@ SELECT has_table('idem_record');
 SELECT columns_are('idem_record', ARRAY[
 	'tenant', 'endpoint', 'key', 'state', 'retryable', 'fingerprint',
 	'status', 'body', 'attempt', 'created_at', 'claimed_at',
-	'lease_expires_at', 'finished_at', 'expires_at', 'headers']);
+	'lease_expires_at', 'finished_at', 'expires_at', 'headers', 'trace']);
 SELECT col_type_is('idem_record', 'fingerprint', 'bytea');
 SELECT col_type_is('idem_record', 'body', 'bytea');
 SELECT col_type_is('idem_record', 'headers', 'jsonb');
