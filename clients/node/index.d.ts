@@ -14,7 +14,35 @@ export interface Scope {
   lease?: number | string;
   /** the schema of the extension (CREATE EXTENSION idem SCHEMA ...); default: the search_path finds it */
   schema?: string | null;
+  /**
+   * idem.trace of the claim's transaction (stored on the record): a W3C
+   * traceparent (its trace-id is taken) or any id up to 255 bytes
+   */
+  trace?: string | null;
+  /** gets the claim's decision (see DecisionLogger) */
+  logger?: DecisionLogger | null;
 }
+
+/** The fields of the log line of each decision. */
+export interface Decision {
+  idempotency_key: string;
+  tenant: string;
+  endpoint: string;
+  /** claimed, replay, in_progress, mismatch, unknown or frozen */
+  outcome: string;
+  attempt: number | null;
+  trace_id: string;
+}
+
+/**
+ * Where decisions are logged: a function of the fields, or a logger with
+ * `info` and `warn` called as `(fields, message)` (pino, fastify's
+ * request.log, console); conflicts (in_progress, mismatch, unknown, frozen)
+ * go to `warn`.
+ */
+export type DecisionLogger =
+  | ((fields: Decision) => void)
+  | { info(fields: Decision, message: string): void; warn?(fields: Decision, message: string): void };
 
 export type Headers = Record<string, string | string[]>;
 
@@ -37,12 +65,18 @@ export interface Result {
   retryable?: boolean;
 }
 
-/** in_progress, mismatch or unknown: nothing was executed. */
+/** in_progress, mismatch, unknown or frozen: nothing was executed. */
 export class IdemError extends Error {
-  readonly outcome: 'in_progress' | 'mismatch' | 'unknown';
+  readonly outcome: 'in_progress' | 'mismatch' | 'unknown' | 'frozen';
   readonly attempt: number | null;
-  /** 409, or 422 for a mismatch */
+  /** 409, 422 for a mismatch, 503 for frozen */
   readonly statusCode: number;
+  /** frozen: the reason idem_freeze was given (or null) */
+  readonly reason?: string | null;
+  /** frozen: until when (null: until idem_thaw) */
+  readonly until?: Date | null;
+  /** frozen: seconds to wait (until `until`, else 60) */
+  readonly retryAfter?: number;
 }
 
 export function withIdempotency(
@@ -59,6 +93,8 @@ export type IdemRequest = {
   /** the request's transaction: run the handler's writes here (null in external mode) */
   client: PoolClient | null;
   endpoint: string;
+  /** idem.trace of the request's transaction: the traceparent's trace-id, else the request id */
+  trace: string;
 } & (
   | { outcome: 'claimed'; tenant: string; key: string; attempt: number; expiresAt: Date }
   /**
@@ -99,6 +135,17 @@ export interface HttpOptions<Req = any> {
   onError?: (err: Error & { code?: string }, request: Req & { idem: IdemRequest }) => void;
 }
 
+/** The Express middleware's options: HttpOptions, and where its decisions and trace ids come from. */
+export interface ExpressOptions extends HttpOptions {
+  /**
+   * the request's id, idem.trace where no valid traceparent header names
+   * the trace; default req.id (set by an earlier middleware), else a new UUID
+   */
+  requestId?: (req: any) => string | Promise<string>;
+  /** gets each decision (default none); fastify logs them to request.log instead */
+  logger?: DecisionLogger | null;
+}
+
 /** fastify route option `config.idem`: false, or overrides for the route */
 export interface RouteOptions {
   required?: boolean;
@@ -126,7 +173,7 @@ export interface ExpressMiddleware {
 }
 
 /** The Express middleware: mount it per route, after the body parser. */
-export function express(options: HttpOptions): ExpressMiddleware;
+export function express(options: ExpressOptions): ExpressMiddleware;
 
 /** JSON with object keys sorted at every level. */
 export function canonicalJson(value: unknown): string;
@@ -239,3 +286,129 @@ export interface Dispatcher {
 }
 
 export function createDispatcher(options: DispatcherOptions): Dispatcher;
+
+
+// Agent tools (MCP)
+
+/** The options of registerIdempotentTool. */
+export interface ToolOptions<Args = Record<string, unknown>> {
+  pool: Pool;
+  /** the tenant of a call: a constant, or a function of the tool's arguments (idempotency_key included) */
+  tenant: string | ((args: Args & { idempotency_key: string }, extra: any) => string | Promise<string>);
+  /**
+   * the task whose budget each execution spends one unit of (idem_spend in
+   * the claim's transaction); the application creates the budget first
+   * with idem_budget(tenant, task, attempts).  Default: none, nothing spent
+   */
+  task?: string | null | ((args: Args & { idempotency_key: string }, extra: any) => string | Promise<string>);
+  /** how long a call waits for a concurrent call of the same key: true (60 s, the default), milliseconds, or false */
+  wait?: boolean | number;
+  /** gets each decision (default none) */
+  logger?: DecisionLogger | null;
+  /** the schema of the extension; default: the search_path finds it */
+  schema?: string | null;
+  /** the application's zod (default: the `zod` package, in the version the tool's schemas use) */
+  zod?: unknown;
+}
+
+/** What a tool's handler finds in `extra.idem`. */
+export interface ToolIdem {
+  /** the claim's transaction: writes here commit with the stored result, and roll back if the handler fails */
+  client: PoolClient;
+  tenant: string;
+  /** `tool:<name>` */
+  endpoint: string;
+  key: string;
+  /** 1, or more after failed attempts */
+  attempt: number;
+  expiresAt: Date;
+  task: string | null;
+  /** what the task's budget has left after this execution's unit (null without a task) */
+  budgetLeft: number | null;
+  /** idem.trace: the traceparent in the request's _meta, else a new id */
+  trace: string;
+}
+
+/** The idempotency of a call, in every result's structuredContent. */
+export interface ToolIdempotency {
+  key: string;
+  /** true: the stored result of an earlier call; the tool did not run */
+  replayed: boolean;
+  /**
+   * on an isError result that did not come from the tool: in_progress,
+   * mismatch, unknown, frozen, budget_exhausted, no_budget, or failed (the
+   * handler threw)
+   */
+  outcome?: string;
+}
+
+/**
+ * Register a side-effecting tool on an @modelcontextprotocol/sdk McpServer
+ * (its registerTool) so that it runs once per idempotency key: a required
+ * `idempotency_key` (1-255 characters) is added to `config.inputSchema` (a
+ * zod raw shape or z.object); the handler gets the other arguments, and
+ * `extra.idem`.  Every result has `structuredContent.idempotency` ({key,
+ * replayed}; added to `config.outputSchema` where there is one) and a last
+ * text line saying whether the tool ran now or the result was replayed.
+ */
+export function registerIdempotentTool<Args extends Record<string, unknown> = Record<string, any>>(
+  server: { registerTool(name: string, config: any, cb: (...args: any[]) => any): any },
+  options: ToolOptions<Args>,
+  name: string,
+  config: { inputSchema?: unknown; outputSchema?: unknown; [field: string]: unknown },
+  handler: (args: Args, extra: { idem: ToolIdem; [field: string]: any }) => Promise<ToolResult> | ToolResult,
+): any;
+
+/** A CallToolResult, as a tool returns it. */
+export interface ToolResult {
+  content: Array<{ type: string; [field: string]: unknown }>;
+  structuredContent?: Record<string, unknown>;
+  isError?: boolean;
+  [field: string]: unknown;
+}
+
+
+// Calling another service
+
+export interface IdempotentRequestOptions {
+  /** default POST */
+  method?: string;
+  headers?: Record<string, string> | globalThis.Headers | Array<[string, string]>;
+  /** a string, bytes or URLSearchParams as they are; anything else as its JSON (Content-Type application/json) */
+  body?: string | Buffer | Uint8Array | ArrayBuffer | URLSearchParams | object | null;
+  /** required: the Idempotency-Key of every attempt (at most 255 bytes) */
+  key: string;
+  /** attempts at most (default 5) */
+  attempts?: number;
+  /** milliseconds an attempt may take, its body included (default 10000) */
+  timeoutMs?: number;
+  /** the first backoff's ceiling in milliseconds, doubling per attempt, with jitter (default 500) */
+  baseDelayMs?: number;
+  /** the longest wait between attempts, Retry-After included (default 30000) */
+  maxDelayMs?: number;
+  /** default globalThis.fetch */
+  fetch?: typeof globalThis.fetch;
+}
+
+export interface IdempotentResponse {
+  /**
+   * succeeded: a 2xx; failed: an answer that is not retried, or 429 to the
+   * end (the callee did not act); unknown: the attempts ran out on a
+   * timeout, a network error, 408 or 5xx (the callee may have acted: call
+   * again later with the same key)
+   */
+  outcome: 'succeeded' | 'failed' | 'unknown';
+  /** the last answer's status; null when the last attempt got none */
+  status: number | null;
+  /** the last answer's body; null when the last attempt got none */
+  body: Buffer | null;
+  headers: globalThis.Headers | null;
+  key: string;
+  /** attempts made */
+  attempts: number;
+  /** why the last attempt got no answer */
+  error?: string;
+}
+
+/** Call a URL with an idempotency key, retrying only what may pass (never throws for "unknown"). */
+export function idempotentRequest(url: string | URL, options: IdempotentRequestOptions): Promise<IdempotentResponse>;

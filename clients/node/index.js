@@ -7,12 +7,17 @@
 //   const r = await idem.withIdempotency(pool, { tenant, endpoint, key }, async (client) => ...);
 //   await idem.enqueue(client, { tenant, topic, key, payload });   // the outbox, in your transaction
 //   idem.createDispatcher({ pool, topic, url }).start();           // delivers it
+//   idem.registerIdempotentTool(server, { pool, tenant, task }, 'charge', config, handler);  // an MCP tool
+//   const r = await idem.idempotentRequest(url, { key, body });    // calling another service
 'use strict';
 
 const core = require('./lib/core');
 const fastify = require('./lib/fastify');
 const express = require('./lib/express');
 const outbox = require('./lib/outbox');
+const trace = require('./lib/trace');
+const { registerIdempotentTool } = require('./lib/tool');
+const { idempotentRequest } = require('./lib/request');
 
 /**
  * Run `fn` at most once per (tenant, endpoint, key), in the claim's
@@ -25,10 +30,13 @@ const outbox = require('./lib/outbox');
  *   writes are rolled back, a retryable failure is recorded and the error
  *   is thrown again: the next call runs fn again.
  * - replay: fn does not run; the stored response comes back.
- * - in_progress, mismatch, unknown: throws an IdemError with `.outcome`.
+ * - in_progress, mismatch, unknown, frozen: throws an IdemError with
+ *   `.outcome` (frozen: with `.reason`, `.until` and `.retryAfter`).
  *
  * `scope.schema` names the extension's schema where the search_path does
- * not find it.
+ * not find it.  `scope.trace` (a W3C traceparent, whose trace-id is taken,
+ * or any id) is the claim's idem.trace, for this transaction only;
+ * `scope.logger` gets the decision.
  *
  * @param {import('pg').Pool} pool
  * @param {import('.').Scope} scope
@@ -39,9 +47,11 @@ async function withIdempotency(pool, scope, fn) {
   const { tenant, endpoint, key } = scope;
   const schema = scope.schema ?? null;
   const waitTimeout = scope.wait === true ? 10000 : Number(scope.wait || 0);
-  const { client, claim } = await core.begin(pool, { schema, tenant, endpoint, key }, {
+  const traceId = scope.trace === undefined || scope.trace === null ? undefined : trace.traceValue(scope.trace);
+  const { client, claim } = await core.begin(pool, { schema, tenant, endpoint, key, trace: traceId }, {
     fingerprint: fingerprintArg(scope.fingerprint), wait: waitTimeout > 0, waitTimeout, lease: scope.lease,
   });
+  trace.logDecision(scope.logger, trace.decisionFields({ tenant, endpoint, key }, claim, traceId));
   if (claim.outcome === 'replay') {
     client.release();
     return {
@@ -97,6 +107,8 @@ module.exports = {
   withIdempotency,
   enqueue: outbox.enqueue,
   createDispatcher: outbox.createDispatcher,
+  registerIdempotentTool,
+  idempotentRequest,
   IdemError: core.IdemError,
   canonicalJson: core.canonicalJson,
   fingerprint: core.fingerprintOf,

@@ -2,6 +2,7 @@
 import idem from './index.js';
 
 export const {
-  fastify, express, withIdempotency, enqueue, createDispatcher, IdemError, canonicalJson, fingerprint, MAX_KEY_LENGTH,
+  fastify, express, withIdempotency, enqueue, createDispatcher, registerIdempotentTool, idempotentRequest,
+  IdemError, canonicalJson, fingerprint, MAX_KEY_LENGTH,
 } = idem;
 export default idem;

@@ -5,6 +5,7 @@
 
 const crypto = require('node:crypto');
 const http = require('node:http');
+const { traceValue } = require('./trace');
 
 /** The longest key idem accepts (bytes; keys are ASCII header values). */
 const MAX_KEY_LENGTH = 255;
@@ -18,7 +19,7 @@ const NOT_STORED = new Set([
 
 /**
  * An outcome of idem_claim that the caller cannot execute: `in_progress`,
- * `mismatch` or `unknown`.
+ * `mismatch`, `unknown` or `frozen`.
  */
 class IdemError extends Error {
   /**
@@ -30,7 +31,13 @@ class IdemError extends Error {
     this.name = 'IdemError';
     this.outcome = outcome;
     this.attempt = claim.attempt ?? null;
-    this.statusCode = outcome === 'mismatch' ? 422 : 409;
+    this.statusCode = outcome === 'mismatch' ? 422 : outcome === 'frozen' ? 503 : 409;
+    if (outcome === 'frozen') {
+      this.message = frozenDetail(claim);
+      this.reason = claim.reason ?? null;
+      this.until = claim.until ?? null;
+      this.retryAfter = frozenRetryAfter(claim);
+    }
   }
 }
 
@@ -38,7 +45,21 @@ const MESSAGES = {
   in_progress: 'a request with this idempotency key is in progress',
   mismatch: 'this idempotency key was used with a different request',
   unknown: 'a request with this idempotency key did not finish; it is being reconciled',
+  frozen: 'this endpoint is frozen: nothing was done',
 };
+
+/** Retry-After of a frozen endpoint, in seconds: until `until`, else 60. */
+function frozenRetryAfter(claim) {
+  if (!claim.until) return 60;
+  const ms = new Date(claim.until).getTime() - Date.now();
+  return Number.isFinite(ms) ? Math.max(1, Math.ceil(ms / 1000)) : 60;
+}
+
+/** What a frozen endpoint answers, with its reason and until when. */
+function frozenDetail(claim) {
+  const until = claim.until ? ` until ${new Date(claim.until).toISOString()}` : '';
+  return `this endpoint is frozen${until}${claim.reason ? `: ${claim.reason}` : ''}; nothing was done`;
+}
 
 /**
  * JSON with object keys sorted at every level: the same document always
@@ -137,9 +158,10 @@ function checkKey(value, header) {
  * is the status's reason phrase; `code` names the case for programs.
  * @returns {{status: number, headers: Record<string,string>, body: Buffer}}
  */
-function problem(status, detail, code, extraHeaders = {}) {
+function problem(status, detail, code, extraHeaders = {}, members = {}) {
   const body = { type: 'about:blank', title: http.STATUS_CODES[status] || 'Error', status, detail };
   if (code) body.code = code;
+  Object.assign(body, members);
   return {
     status,
     headers: { 'Content-Type': 'application/problem+json', ...extraHeaders },
@@ -166,6 +188,10 @@ function outcomeAnswer(claim, { retryAfter }) {
       return problem(409, MESSAGES.unknown, 'idempotency-key-unknown', { 'Retry-After': String(retryAfter) });
     case 'mismatch':
       return problem(422, MESSAGES.mismatch, 'idempotency-key-mismatch');
+    case 'frozen':
+      return problem(503, frozenDetail(claim), 'idempotency-endpoint-frozen',
+        { 'Retry-After': String(frozenRetryAfter(claim)) },
+        { reason: claim.reason ?? null, until: claim.until ? new Date(claim.until).toISOString() : null });
     default:
       throw new Error(`pg-idem: outcome ${claim.outcome} is the caller's to execute`);
   }
@@ -190,6 +216,35 @@ function qualifier(schema) {
 function interval(v) {
   if (v === undefined || v === null) return null;
   return typeof v === 'number' ? `${v} milliseconds` : String(v);
+}
+
+/**
+ * Set idem.trace for the client's open transaction (SET LOCAL: it ends
+ * with the transaction, so it never reaches the pool's next user).
+ * Nothing when `trace` is undefined.
+ * @param {import('pg').ClientBase} client
+ * @param {string|undefined} trace
+ */
+async function setTrace(client, trace) {
+  if (trace === undefined) return;
+  await client.query(`SELECT set_config('idem.trace', $1, true)`, [traceValue(trace)]);
+}
+
+/**
+ * Why and until when a (tenant, endpoint) is frozen: `{reason, until}`,
+ * both null if idem cannot say.  The one place that asks idem
+ * (idem_frozen(tenant, endpoint)); run it outside a failed transaction.
+ * @param {import('pg').ClientBase} client
+ * @returns {Promise<{reason: string|null, until: Date|null}>}
+ */
+async function frozenInfo(client, { schema, tenant, endpoint }) {
+  try {
+    const { rows: [row] } = await client.query(
+      `SELECT reason, until FROM ${qualifier(schema)}idem_frozen($1, $2)`, [tenant, endpoint]);
+    return { reason: (row && row.reason) ?? null, until: (row && row.until) ?? null };
+  } catch {
+    return { reason: null, until: null };
+  }
 }
 
 /**
@@ -262,12 +317,14 @@ async function begin(pool, scope, opts) {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
+    await setTrace(client, scope.trace);
     if (scope.key === null) return { client, claim: null };
     const claim = await claimKey(client, { ...scope, ...opts });
     if (claim.outcome === 'claimed') {
       await client.query('SAVEPOINT idem_handler');
     } else {
       await client.query('ROLLBACK');
+      if (claim.outcome === 'frozen') Object.assign(claim, await frozenInfo(client, scope));
     }
     return { client, claim };
   } catch (e) {
@@ -318,6 +375,7 @@ async function failureAnswer(tx, err) {
   if (tx.claim) {
     try {
       await tx.client.query('BEGIN');
+      await setTrace(tx.client, tx.scope.trace);
       const claim = await claimKey(tx.client, { ...tx.scope, fingerprint: tx.fingerprint });
       if (claim.outcome === 'claimed') {
         await finishClaim(tx.client, claim, tx.scope, answer, { store: true });
@@ -445,6 +503,6 @@ function requestFingerprint(opts, request, method, path, body) {
 
 module.exports = {
   MAX_KEY_LENGTH, IdemError, canonicalJson, fingerprintOf, responseBytes, storableHeaders,
-  checkKey, problem, outcomeAnswer, claimKey, finishClaim, begin, settle, failureAnswer, thrownProblem,
+  checkKey, problem, outcomeAnswer, setTrace, frozenInfo, frozenRetryAfter, claimKey, finishClaim, begin, settle, failureAnswer, thrownProblem,
   failureLine, errorStatus, isStoredError, httpOptions, tenantOf, requestFingerprint, interval, qualifier,
 };

@@ -11,7 +11,9 @@
 // template (`POST /items/:id`); mounted with app.use, the path.
 'use strict';
 
+const { randomUUID } = require('node:crypto');
 const core = require('./core');
+const trace = require('./trace');
 
 const kState = Symbol('pg-idem.state');
 
@@ -93,6 +95,13 @@ function holdResponse(res, state, store) {
 function idemExpress(options) {
   const opts = core.httpOptions(options);
   const headerLower = opts.header.toLowerCase();
+  if (options.requestId !== undefined && typeof options.requestId !== 'function') {
+    throw new TypeError('pg-idem: the requestId option must be a function of the request');
+  }
+  // the request's id where no traceparent names its trace: the option, an
+  // id an earlier middleware gave (req.id), else a new UUID
+  const requestId = options.requestId || ((req) => (typeof req.id === 'string' && req.id !== '' ? req.id : randomUUID()));
+  const logger = options.logger || null;
   const report = (what, err, req) => {
     if (opts.onError) opts.onError(err, req);
     else console.error(core.failureLine(what, err, req.idem));
@@ -115,6 +124,7 @@ function idemExpress(options) {
         tenant: key === null ? null : await core.tenantOf(opts, req),
         endpoint: `${req.method} ${template}`,
         key,
+        trace: trace.requestTrace(req.headers, await requestId(req)),
       };
       const fingerprint = key === null ? null
         : core.requestFingerprint(opts, req, req.method, req.originalUrl || req.url, req.body);
@@ -123,6 +133,7 @@ function idemExpress(options) {
       });
       client = begun.client;
       const { claim } = begun;
+      if (claim) trace.logDecision(logger, trace.decisionFields(scope, claim, scope.trace));
       if (claim && claim.outcome !== 'claimed') {
         client.release();
         client = null;
@@ -139,7 +150,7 @@ function idemExpress(options) {
       req.idem = {
         client: tx.client, tenant: scope.tenant, endpoint: scope.endpoint, key,
         attempt: claim ? claim.attempt : null, expiresAt: claim ? claim.expires_at : null,
-        outcome: claim ? 'claimed' : 'none',
+        outcome: claim ? 'claimed' : 'none', trace: scope.trace,
       };
       // the response is stored and committed before a byte of it is sent,
       // so that a retry sent the instant it arrives gets the replay

@@ -13,6 +13,7 @@
 
 const { Readable } = require('node:stream');
 const core = require('./core');
+const trace = require('./trace');
 
 const kState = Symbol('pg-idem.state');
 
@@ -75,6 +76,8 @@ function idemFastify(app, options, done) {
       tenant: key === null ? null : await core.tenantOf(opts, request),
       endpoint: `${request.method} ${routeTemplate(request)}`,
       key,
+      // the traceparent's trace-id, else fastify's request id
+      trace: trace.requestTrace(request.headers, request.id),
     };
     const external = Boolean(opts.external);
     const fingerprint = key === null ? null
@@ -84,6 +87,7 @@ function idemFastify(app, options, done) {
       : await core.begin(opts.pool(request), scope, {
         fingerprint, wait: opts.wait, waitTimeout: opts.waitTimeout, lease: opts.lease,
       });
+    if (claim) trace.logDecision(request.log, trace.decisionFields(scope, claim, scope.trace));
     if (claim && claim.outcome !== 'claimed') {
       client.release();
       return sendAnswer(reply, core.outcomeAnswer(claim, opts));
@@ -112,7 +116,7 @@ function idemFastify(app, options, done) {
     request.idem = {
       client: state.client, tenant: scope.tenant, endpoint: scope.endpoint, key,
       attempt: claim ? claim.attempt : null, expiresAt: claim ? claim.expires_at : null,
-      outcome: claim ? 'claimed' : 'none',
+      outcome: claim ? 'claimed' : 'none', trace: scope.trace,
     };
     return undefined;
   });

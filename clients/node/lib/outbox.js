@@ -14,6 +14,7 @@
 
 const { setTimeout: sleep } = require('node:timers/promises');
 const { responseBytes, qualifier } = require('./core');
+const { classify, retryAfterMs } = require('./retry');
 
 const ENQUEUE_SQL = (prefix, type) => `
   SELECT outcome, id, state, created_at
@@ -24,6 +25,7 @@ const TAKE_SQL = (prefix) => `
   SELECT id, tenant, topic, key, payload, headers, attempt, lease_expires_at
     FROM ${prefix}idem_take($1, max_messages => $2::integer, lease => $3::interval, tenant => $4::text)`;
 const DELIVERED_SQL = (prefix) => `SELECT ${prefix}idem_delivered($1::bigint, $2::integer, $3::integer, $4::bytea)`;
+const DELIVERED_MANY_SQL = (prefix) => `SELECT ${prefix}idem_delivered_many($1::bigint[], $2::integer[], $3::integer[], $4::bytea[])`;
 const RETRY_SQL = (prefix) => `SELECT ${prefix}idem_retry($1::bigint, $2::integer, $3::text, $4::interval) AS state`;
 const DEAD_SQL = (prefix) => `SELECT ${prefix}idem_dead($1::bigint, $2::integer, $3::text)`;
 
@@ -63,30 +65,18 @@ async function enqueue(client, message) {
 }
 
 /**
- * Milliseconds from a Retry-After header: delay-seconds or an HTTP-date
- * (RFC 9110, 10.2.3); null when absent or unreadable.
- * @param {string|null} value
- * @returns {number|null}
- */
-function retryAfterMs(value) {
-  if (value === null || value === undefined) return null;
-  const text = String(value).trim();
-  if (/^\d+$/.test(text)) return Number(text) * 1000;
-  const date = Date.parse(text);
-  return Number.isNaN(date) ? null : Math.max(0, date - Date.now());
-}
-
-/**
- * What to record for a receiver's status: 2xx delivered; 408, 429 and 5xx
- * worth retrying (the receiver is busy or broken for now); anything else
- * (3xx included: a dispatcher does not follow redirects) dead.
+ * What to record for a receiver's status, by the policy of lib/retry.js
+ * (idempotentRequest's too): 2xx delivered; 408, 429 and 5xx worth retrying
+ * (the receiver is busy or broken for now); anything else (3xx included: a
+ * dispatcher does not follow redirects) dead.
  * @returns {{kind: 'delivered'|'retry'|'dead', status?: number|null, body?: Buffer|null, error?: string, after?: number|null}}
  */
 function verdictOf(status, body, after) {
-  if (status === null || (status >= 200 && status <= 299)) return { kind: 'delivered', status, body };
+  const kind = status === null ? 'success' : classify(status);
+  if (kind === 'success') return { kind: 'delivered', status, body };
   const text = body && body.length ? `: ${body.toString('utf8', 0, ERROR_BODY_CHARS)}` : '';
   const error = `HTTP ${status}${text}`;
-  if (status === 408 || status === 429 || status >= 500) return { kind: 'retry', error, after };
+  if (kind === 'retry') return { kind: 'retry', error, after };
   return { kind: 'dead', error };
 }
 
@@ -160,7 +150,8 @@ class Dispatcher {
     this.tenant = options.tenant ?? null;
     const prefix = qualifier(options.schema);
     this.sql = {
-      take: TAKE_SQL(prefix), delivered: DELIVERED_SQL(prefix), retry: RETRY_SQL(prefix), dead: DEAD_SQL(prefix),
+      take: TAKE_SQL(prefix), delivered: DELIVERED_SQL(prefix), deliveredMany: DELIVERED_MANY_SQL(prefix),
+      retry: RETRY_SQL(prefix), dead: DEAD_SQL(prefix),
     };
     this.logger = options.logger || console;
 
@@ -312,7 +303,7 @@ class Dispatcher {
         this.more = false;
         try {
           const { rows } = await this.pool.query(this.sql.take, [this.topic, n, `${this.lease} milliseconds`, this.tenant]);
-          for (const row of rows) this.track(this.deliver(toMessage(row)));
+          if (rows.length) this.deliverBatch(rows.map(toMessage));
           if (rows.length === n) this.more = true;
         } catch (e) {
           this.logger.error(`pg-idem dispatcher ${this.topic}: idem_take failed: ${describe(e)}`);
@@ -331,15 +322,54 @@ class Dispatcher {
     });
   }
 
-  /** Deliver one message and record the answer; never rejects. */
-  async deliver(message) {
-    let verdict;
+  /**
+   * Deliver a take's messages at once.  A retry or a death is recorded as
+   * soon as its answer is in; the deliveries are recorded together, by one
+   * idem_delivered_many, once every answer of the batch is in (each within
+   * the timeout, so within its lease).  A slot frees when its message's
+   * answer is recorded.
+   */
+  deliverBatch(messages) {
+    const answers = messages.map((message) => this.attempt(message));
+    const recorded = answers.map((answer, i) => answer.then((verdict) => (
+      verdict.kind === 'delivered' ? null : this.record(messages[i], verdict))));
+    const delivered = Promise.all(answers).then((verdicts) => this.recordDelivered(
+      messages.map((message, i) => ({ message, verdict: verdicts[i] })).filter(({ verdict }) => verdict.kind === 'delivered')));
+    for (const r of recorded) this.track(Promise.all([r, delivered]).then(() => {}));
+  }
+
+  /** Deliver one message: its verdict; never rejects. */
+  async attempt(message) {
     try {
-      verdict = this.url ? await this.post(message) : await this.call(message);
+      return this.url ? await this.post(message) : await this.call(message);
     } catch (e) {
-      verdict = { kind: 'retry', error: describe(e), after: null };
+      return { kind: 'retry', error: describe(e), after: null };
     }
-    await this.record(message, verdict);
+  }
+
+  /**
+   * Record a batch's deliveries, statuses and bodies with one
+   * idem_delivered_many call; when it is refused for a stale lease (55000:
+   * nothing of it is written), each by itself, so that the live ones are
+   * recorded.  Never rejects.
+   */
+  async recordDelivered(batch) {
+    if (batch.length === 0) return;
+    try {
+      await this.pool.query(this.sql.deliveredMany, [
+        batch.map(({ message }) => message.id), batch.map(({ message }) => message.attempt),
+        batch.map(({ verdict }) => verdict.status), batch.map(({ verdict }) => verdict.body ?? null)]);
+      for (const { message, verdict } of batch) {
+        this.logger.info(`pg-idem dispatcher: ${message.idempotencyKey} attempt ${message.attempt}: delivered${
+          verdict.status === null ? '' : ` (${verdict.status})`}`);
+      }
+    } catch (e) {
+      if (e.code !== STALE) {
+        this.logger.error(`pg-idem dispatcher ${this.topic}: recording ${batch.length} deliveries failed: ${describe(e)}`);
+        return;
+      }
+      await Promise.all(batch.map(({ message, verdict }) => this.record(message, verdict)));
+    }
   }
 
   /** url mode: POST the payload with the key; a timeout or a broken connection is retried. */

@@ -15,7 +15,7 @@
 //                         dispatcher believes in: the dispatcher refuses a
 //                         timeout as long as its lease, so this is how its
 //                         requests outlive their leases
-//   E2E_DROP_FENCING=1    idem_delivered and idem_retry get the message's
+//   E2E_DROP_FENCING=1    idem_delivered(_many) and idem_retry get the message's
 //                         current attempt (read with idem_message) instead
 //                         of the attempt its take gave: the fencing token
 //                         dropped
@@ -43,9 +43,16 @@ async function query(text, values) {
   if (!fn) return pool.query(text, values);
   emit({ event: 'finish', fn });
   if (env.E2E_DROP_FENCING === '1' && fn !== 'idem_dead') {
-    const { tenant, topic, key } = taken.get(String(values[0]));
-    const { rows: [now] } = await pool.query('SELECT attempt FROM idem_message($1, $2, $3)', [tenant, topic, key]);
-    return pool.query(text, [values[0], now.attempt, ...values.slice(2)]);
+    const current = async (id) => {
+      const { tenant, topic, key } = taken.get(String(id));
+      const { rows: [now] } = await pool.query('SELECT attempt FROM idem_message($1, $2, $3)', [tenant, topic, key]);
+      return now.attempt;
+    };
+    // idem_delivered_many: every element's attempt is the current one
+    if (Array.isArray(values[0])) {
+      return pool.query(text, [values[0], await Promise.all(values[0].map(current)), ...values.slice(2)]);
+    }
+    return pool.query(text, [values[0], await current(values[0]), ...values.slice(2)]);
   }
   return pool.query(text, values);
 }

@@ -26,6 +26,13 @@ with psycopg.connect("", autocommit=True) as conn:
             if c.outcome == "claimed":
                 c.respond(200, b"built")
     enqueued = pg_idem.enqueue(conn, "artefact", "job", key, {"built": True}).outcome
+
+@pg_idem.idempotent_tool("", tenant="artefact")
+def tool(n: int) -> int:
+    return n + 1
+
+assert tool(1, idempotency_key=key) == {"result": 2, "idempotency": {"key": key, "replayed": False}}
+assert tool(1, idempotency_key=key)["idempotency"]["replayed"]
 print(json.dumps({"outcomes": outcomes, "body": c.body.decode(), "enqueued": enqueued,
                   "file": pg_idem.__file__,
                   "typed": __import__("os").path.exists(__import__("os").path.join(
@@ -45,6 +52,7 @@ def test_build_install_and_run(db: Any) -> None:
         sdist = next(dist.glob("pg-idem-0.4.0.tar.gz"), None) or next(dist.glob("pg_idem-0.4.0.tar.gz"))
         names = zipfile.ZipFile(wheel).namelist()
         for f in ["pg_idem/__init__.py", "pg_idem/_claim.py", "pg_idem/_http.py", "pg_idem/_outbox.py",
+                  "pg_idem/_retry.py", "pg_idem/_request.py", "pg_idem/_tool.py", "pg_idem/_trace.py",
                   "pg_idem/asgi.py", "pg_idem/django.py", "pg_idem/py.typed"]:
             assert f in names, names
         assert not any(n.startswith("tests/") for n in names)

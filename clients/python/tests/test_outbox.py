@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -360,3 +361,83 @@ def test_a_timeout_not_shorter_than_the_lease_is_refused(db: Any) -> None:
         d.run_once()
     with pytest.raises(ValueError, match="shorter than the lease"):
         pg_idem.Dispatcher("", new_topic(), handler=lambda m: None, lease=timedelta(seconds=1)).run()
+
+
+class Recording(psycopg.Connection):  # type: ignore[type-arg]
+    """A connection that keeps the text of each statement it runs."""
+
+    statements: list[str] = []
+
+    def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:  # type: ignore[override]
+        text = query.as_string(self) if isinstance(query, psycopg.sql.Composable) else str(query)
+        Recording.statements.append(text)
+        return super().execute(query, params, **kw)
+
+
+def test_a_takes_successes_are_recorded_by_one_idem_delivered_many(
+        db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    topic = new_topic()
+    for key in ("a", "b", "c", "d", "with-body", "bad"):
+        put(topic, key, key)
+
+    def handler(m: pg_idem.Message) -> Optional[pg_idem.Reply]:
+        if m.key == "with-body":
+            return pg_idem.Reply(201, b"kept")
+        if m.key == "bad":
+            return pg_idem.Reply(404)
+        return None if m.key == "a" else pg_idem.Reply(200 + ord(m.key) - ord("a"))
+
+    Recording.statements = []
+    monkeypatch.setattr(psycopg, "connect", Recording.connect)
+    caplog.set_level(logging.INFO, "pg_idem.dispatcher")
+    assert pg_idem.Dispatcher("", topic, handler=handler, batch_size=10, concurrency=6).run_once() == 6
+    many = [s for s in Recording.statements if "idem_delivered_many" in s]
+    single = [s for s in Recording.statements if re.search(r"\bidem_delivered\"?\(", s)]
+    assert len(many) == 1, Recording.statements
+    assert len(single) == 0, "every success goes with the batch, bodies included"
+    for key, status in (("a", None), ("b", 201), ("c", 202), ("d", 203)):
+        m = message(db, topic, key)
+        assert m and (m["state"], m["status"], m["body"]) == ("delivered", status, None), (key, m)
+    m = message(db, topic, "with-body")
+    assert m and (m["state"], m["status"], bytes(m["body"])) == ("delivered", 201, b"kept")
+    assert message(db, topic, "bad")["state"] == "dead"  # type: ignore[index]
+    logged = [r.getMessage() for r in caplog.records]
+    assert f"pg_idem dispatcher: acme/{topic}/c attempt 1: delivered (202)" in logged
+
+
+def test_a_slow_delivery_does_not_hold_back_the_batch(db: Any) -> None:
+    topic = new_topic()
+    for key in ("fast", "slow"):
+        put(topic, key, key)
+    seen: dict[str, Any] = {}
+
+    def handler(m: pg_idem.Message) -> None:
+        if m.key == "slow":
+            # the take's deadline (timeout) passed: the fast one is recorded already
+            seen["fast"] = until(lambda: (message(db, topic, "fast") or {}).get("state") == "delivered",
+                                 "the fast delivery recorded", 5)
+        return None
+
+    d = pg_idem.Dispatcher("", topic, handler=handler, batch_size=2, lease="10 seconds", timeout=0.3)
+    assert d.run_once() == 2
+    assert seen["fast"] and message(db, topic, "slow")["state"] == "delivered"  # type: ignore[index]
+
+
+def test_a_stale_lease_in_a_batch_keeps_the_others(db: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from pg_idem._outbox import _Verdict
+
+    topic = new_topic()
+    for key in ("a", "b", "c"):
+        put(topic, key, key)
+    d = pg_idem.Dispatcher("", topic, handler=lambda m: None)
+    caplog.set_level(logging.INFO, "pg_idem.dispatcher")
+    with connect() as conn:
+        rows = conn.execute("SELECT id, tenant, topic, key, payload, headers, attempt, lease_expires_at "
+                            "FROM idem_take(%s, 3) ORDER BY key", (topic,)).fetchall()
+        items = [(d._message(r), _Verdict("delivered", status=200)) for r in rows]
+        items[1] = (dataclasses.replace(items[1][0], attempt=7), items[1][1])  # not the live lease
+        d._record_many(conn, items)
+    assert [message(db, topic, k)["state"] for k in ("a", "b", "c")] == [  # type: ignore[index]
+        "delivered", "leased", "delivered"]
+    assert any("stale lease" in r.getMessage() and f"/{topic}/b attempt 7" in r.getMessage()
+               for r in caplog.records)

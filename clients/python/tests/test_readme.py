@@ -60,3 +60,58 @@ def test_django(db: Any, key: Optional[str]) -> None:
     assert first.status_code == again.status_code == 201, first.content
     assert again.has_header("Idempotent-Replayed") == bool(key)
     assert orders(db, body) == (1 if key else 2)
+
+
+def run(marker: str, **replace: str) -> dict[str, Any]:
+    code = block(marker)
+    for old, new in replace.items():
+        assert old in code, old
+        code = code.replace(old, new)
+    scope: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    return scope
+
+
+def test_agent_tools(db: Any) -> None:
+    key = new_key()
+    scope = run("# tools.py", **{"order-7f3a": key})
+    assert scope["first"]["idempotency"] == {"key": key, "replayed": False}
+    assert scope["again"]["idempotency"] == {"key": key, "replayed": True}
+    assert orders(db, b"2 x tea") >= 1
+    (n,) = db.execute("SELECT count(*) FROM orders WHERE id = %s", (scope["first"]["result"]["order_id"],)).fetchone()
+    assert n == 1
+
+
+def test_calling_another_service(capsys: pytest.CaptureFixture[str]) -> None:
+    from test_request import Service
+
+    s = Service(lambda n, r: (503, {}, b"") if n == 1 else (201, {"Content-Type": "application/json"},
+                                                              b'{"charged": true}'))
+    try:
+        scope = run("# call.py", **{"http://127.0.0.1:8000/charges": s.url})
+    finally:
+        s.close()
+    assert scope["r"].outcome == "succeeded" and scope["r"].attempts == 2
+    assert [r["headers"]["idempotency-key"] for r in s.requests] == ["charge-order-7"] * 2
+    assert "201 {'charged': True}" in capsys.readouterr().out
+
+
+def test_trace_ids_and_logs(db: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    try:
+        scope = run("# logs.py")
+    finally:
+        for h in list(logging.getLogger("pg_idem").handlers):
+            if type(h).__name__ == "Decisions":
+                logging.getLogger("pg_idem").removeHandler(h)
+    out = capsys.readouterr().out.splitlines()
+    key = scope["key"]
+    assert f"claimed 1 POST /orders {key} 4bf92f3577b34da6a3ce929d0e0e4736" in out
+    assert f"replay 1 POST /orders {key} 4bf92f3577b34da6a3ce929d0e0e4736" in out
+
+
+def test_frozen_endpoints(db: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    run("# frozen.py")
+    assert capsys.readouterr().out.startswith("double refunds, INC-42 ")
+    assert db.execute("SELECT count(*) FROM idem_frozen('acme', 'POST /refunds')").fetchone()[0] == 0

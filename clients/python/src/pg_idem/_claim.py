@@ -34,22 +34,51 @@ _CLAIM_SQL = {
 _COMPLETE_SQL = "SELECT {}(%s, %s, %s, %s, %s::bytea, attempt => %s, headers => %s::jsonb)"
 _FAIL_SQL = "SELECT {}(%s, %s, %s, %s, %s::bytea, retryable => %s, attempt => %s, headers => %s::jsonb)"
 
-class IdemError(Exception):
-    """An outcome that executes nothing: ``in_progress``, ``mismatch`` or ``unknown``."""
+_FROZEN_SQL = "SELECT reason, until FROM {}(%s, %s)"
+_TRACE_SQL = "SELECT set_config('idem.trace', %s, true)"
 
-    def __init__(self, outcome: str) -> None:
-        super().__init__(f"idem: {outcome}")
+
+class IdemError(Exception):
+    """An outcome that executes nothing: ``in_progress``, ``mismatch``, ``unknown`` (or ``frozen``:
+    the subclass ``Frozen``).  ``status_code`` is the HTTP status it maps to: 409, 422, (503)."""
+
+    def __init__(self, outcome: str, message: Optional[str] = None) -> None:
+        super().__init__(message or f"idem: {outcome}")
         self.outcome = outcome
-        self.status_code = 422 if outcome == "mismatch" else 409
+        self.status_code = {"mismatch": 422, "frozen": 503}.get(outcome, 409)
+
+
+class Frozen(IdemError):
+    """The (tenant, endpoint) is frozen by ``idem_freeze``: nothing was executed, nothing written.
+
+    ``reason`` and ``until`` (a datetime, None when the freeze is open-ended)
+    are the freeze's, read with ``idem_frozen(tenant, endpoint)``;
+    ``retry_after`` is the seconds until ``until`` (at least 1), else 60.
+    """
+
+    def __init__(self, tenant: Optional[str], endpoint: str, reason: Optional[str],
+                 until: Optional[datetime]) -> None:
+        why = f": {reason}" if reason else ""
+        end = f" until {until.isoformat()}" if until is not None else ""
+        super().__init__("frozen", f"idem: {endpoint} is frozen{end}{why}")
+        self.tenant = tenant
+        self.endpoint = endpoint
+        self.reason = reason
+        self.until = until
+
+    @property
+    def retry_after(self) -> int:
+        return _http.frozen_retry_after(self.until)
 
 
 @dataclass
 class Claim:
     """What ``idem_claim`` answered, and for ``claimed`` the response to store.
 
-    ``outcome`` is ``claimed``, ``replay``, ``in_progress``, ``mismatch`` or
-    ``unknown``; the HTTP integrations give a request without a key an
-    ``unkeyed`` one (its ``tenant`` and ``key`` are None: nothing is
+    ``outcome`` is ``claimed``, ``replay``, ``in_progress``, ``mismatch``,
+    ``unknown`` or ``frozen`` (``frozen_reason`` and ``frozen_until`` then
+    say why and until when, from ``idem_frozen``); the HTTP integrations
+    give a request without a key an ``unkeyed`` one (its ``tenant`` and ``key`` are None: nothing is
     claimed, the handler's writes commit in a transaction of their own).
     For ``replay``, ``status``, ``headers`` and ``body`` are the stored
     response.  For ``claimed``, ``conn`` is the connection whose
@@ -70,6 +99,11 @@ class Claim:
     #: for claimed, after the block: "stored", "retryable" (a retryable failure recorded), "not_stored"
     #: (a final failure recorded) or "rolled_back" (nothing recorded, the claim rolled back; see ResponseNotStored)
     verdict: Optional[str] = None
+    #: the trace id set as ``idem.trace`` in the claim's transaction (None: not set)
+    trace: Optional[str] = None
+    #: for frozen: the freeze's reason and end (None when open-ended)
+    frozen_reason: Optional[str] = None
+    frozen_until: Optional[datetime] = None
 
     @property
     def replayed(self) -> bool:
@@ -93,7 +127,9 @@ class Claim:
         self.headers = {k: (v if isinstance(v, str) else list(v)) for k, v in (headers or {}).items()}
 
     def raise_for_outcome(self) -> None:
-        """Raise IdemError for in_progress, mismatch and unknown."""
+        """Raise IdemError for in_progress, mismatch and unknown, Frozen (an IdemError) for frozen."""
+        if self.outcome == "frozen":
+            raise Frozen(self.tenant, self.endpoint, self.frozen_reason, self.frozen_until)
         if self.outcome in ("in_progress", "mismatch", "unknown"):
             raise IdemError(self.outcome)
 
@@ -182,13 +218,38 @@ def _claim_args(tenant: str, endpoint: str, key: str, fp: Any, timeout: Optional
             None if timeout is None else f"{timeout} seconds")
 
 
-def _claim_from(row: Any, conn: Any, tenant: str, endpoint: str, key: str) -> Claim:
+def _claim_from(row: Any, conn: Any, tenant: str, endpoint: str, key: str, trace: Optional[str]) -> Claim:
     outcome, status, body, headers, attempt, expires_at = row
     return Claim(
         outcome=outcome, conn=conn, tenant=tenant, endpoint=endpoint, key=key, attempt=attempt,
         expires_at=expires_at, status=status, headers=dict(headers or {}),
-        body=None if body is None else bytes(body),
+        body=None if body is None else bytes(body), trace=trace,
     )
+
+
+def _log_decision(c: Claim) -> None:
+    """One log line per decision (logger ``pg_idem``): INFO for claimed and replay, WARNING for the others."""
+    level = logging.INFO if c.outcome in ("claimed", "replay") else logging.WARNING
+    logger.log(level, "pg_idem claim: tenant=%r endpoint=%r key=%r outcome=%s attempt=%s trace=%r",
+               c.tenant, c.endpoint, c.key, c.outcome, c.attempt, c.trace,
+               extra={"idempotency_key": c.key, "tenant": c.tenant, "endpoint": c.endpoint,
+                      "outcome": c.outcome, "attempt": c.attempt, "trace_id": c.trace})
+
+
+def frozen(conn: psycopg.Connection[Any], tenant: str, endpoint: str,
+           schema: Optional[str] = None) -> tuple[Optional[str], Optional[datetime]]:
+    """The reason and end of the freeze of (tenant, endpoint): ``idem_frozen(tenant, endpoint)``;
+    (None, None) when it is not frozen."""
+    row = conn.execute(idem_call(_FROZEN_SQL, "idem_frozen", schema), (tenant, endpoint)).fetchone()
+    return (None, None) if row is None else (row[0], row[1])
+
+
+async def afrozen(conn: psycopg.AsyncConnection[Any], tenant: str, endpoint: str,
+                  schema: Optional[str] = None) -> tuple[Optional[str], Optional[datetime]]:
+    """``frozen`` for a psycopg ``AsyncConnection``."""
+    cur = await conn.execute(idem_call(_FROZEN_SQL, "idem_frozen", schema), (tenant, endpoint))
+    row = await cur.fetchone()
+    return (None, None) if row is None else (row[0], row[1])
 
 
 Statement = tuple[sql.Composed, tuple[Any, ...]]
@@ -243,7 +304,12 @@ def _store_failed(c: Claim, cause: BaseException, raised: Optional[BaseException
     return ResponseNotStored(c, cause, retryable)
 
 
-def _not_stored(c: Claim, cause: psycopg.Error, schema: Optional[str]) -> tuple[ResponseNotStored, Statement]:
+def _first(row: Optional[Any]) -> Any:
+    assert row is not None
+    return row[0]
+
+
+def _not_stored(c: Claim, cause: BaseException, schema: Optional[str]) -> tuple[ResponseNotStored, Statement]:
     """A refused response (a final failure): the exception to raise and the failure to record instead."""
     error = _store_failed(c, cause)
     return error, _fail(c, schema, error.status, error.body, False, error.headers)
@@ -275,6 +341,7 @@ def claim(
     wait: Union[bool, float] = False,
     lease: Optional[float] = None,
     schema: Optional[str] = None,
+    trace: Optional[str] = None,
 ) -> Iterator[Claim]:
     """Claim a key in a transaction of ``conn``; yield the Claim.
 
@@ -292,6 +359,13 @@ def claim(
     a JSON document (jsonb, canonical).  ``wait``: True (10 s) or seconds to
     wait for another holder of the key; ``lease`` in seconds.  ``schema``:
     the schema of the extension (default: found on the search_path).
+    ``trace``: a trace id, set as ``idem.trace`` for the claim's
+    transaction only (``set_config(..., true)``: it ends with it; inside a
+    transaction of the caller's, with the caller's), so that
+    idem stores it on the record and logs it with the decision (see
+    ``trace_id``).  Each decision is logged to logger ``pg_idem``.  For
+    ``frozen`` the Claim's ``frozen_reason`` and ``frozen_until`` are read
+    with ``idem_frozen``; ``raise_for_outcome()`` raises ``Frozen``.
     """
     kind, fp = _fingerprint_arg(fingerprint)
     timeout = _wait_args(wait)
@@ -301,19 +375,24 @@ def claim(
     c: Optional[Claim] = None
     try:
         with conn.transaction():
+            if trace is not None:
+                conn.execute(_TRACE_SQL, (trace,))
             try:
                 with conn.transaction():
                     previous = None
                     if timeout is not None:
-                        previous = conn.execute(
+                        previous = _first(conn.execute(
                             "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)",
-                            (f"{int(timeout * 1000)}ms",)).fetchone()[0]
+                            (f"{int(timeout * 1000)}ms",)).fetchone())
                     row = conn.execute(claim_sql, _claim_args(tenant, endpoint, key, fp, timeout, lease)).fetchone()
                     if previous is not None:
                         conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
             except errors.LockNotAvailable:
                 row = ("in_progress", None, None, None, None, None)
-            c = _claim_from(row, conn, tenant, endpoint, key)
+            c = _claim_from(row, conn, tenant, endpoint, key, trace)
+            if c.outcome == "frozen":
+                c.frozen_reason, c.frozen_until = frozen(conn, tenant, endpoint, schema)
+            _log_decision(c)
             if c.outcome != "claimed":
                 yield c
                 return
@@ -369,6 +448,7 @@ async def aclaim(
     wait: Union[bool, float] = False,
     lease: Optional[float] = None,
     schema: Optional[str] = None,
+    trace: Optional[str] = None,
 ) -> AsyncIterator[Claim]:
     """``claim`` for a psycopg ``AsyncConnection``: ``async with aclaim(...) as c``."""
     kind, fp = _fingerprint_arg(fingerprint)
@@ -379,6 +459,8 @@ async def aclaim(
     c: Optional[Claim] = None
     try:
         async with conn.transaction():
+            if trace is not None:
+                await conn.execute(_TRACE_SQL, (trace,))
             try:
                 async with conn.transaction():
                     previous = None
@@ -386,14 +468,17 @@ async def aclaim(
                         cur = await conn.execute(
                             "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)",
                             (f"{int(timeout * 1000)}ms",))
-                        previous = (await cur.fetchone())[0]
+                        previous = _first(await cur.fetchone())
                     cur = await conn.execute(claim_sql, _claim_args(tenant, endpoint, key, fp, timeout, lease))
                     row = await cur.fetchone()
                     if previous is not None:
                         await conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
             except errors.LockNotAvailable:
                 row = ("in_progress", None, None, None, None, None)
-            c = _claim_from(row, conn, tenant, endpoint, key)
+            c = _claim_from(row, conn, tenant, endpoint, key, trace)
+            if c.outcome == "frozen":
+                c.frozen_reason, c.frozen_until = await afrozen(conn, tenant, endpoint, schema)
+            _log_decision(c)
             if c.outcome != "claimed":
                 yield c
                 return
@@ -439,17 +524,19 @@ async def aclaim(
 
 
 @contextmanager
-def unkeyed(conn: psycopg.Connection[Any], endpoint: str) -> Iterator[Claim]:
+def unkeyed(conn: psycopg.Connection[Any], endpoint: str, trace: Optional[str] = None) -> Iterator[Claim]:
     """A request without a key: the block runs in a transaction as a claimed one does, and nothing is claimed.
 
     The transaction commits when the block exits normally with a status
     (``respond()``) below 500, and rolls back otherwise.  A commit that
     fails raises ``ResponseNotStored`` (``retryable`` as for a claim).
     """
-    c = Claim(outcome="unkeyed", conn=conn, tenant=None, endpoint=endpoint, key=None)
+    c = Claim(outcome="unkeyed", conn=conn, tenant=None, endpoint=endpoint, key=None, trace=trace)
     settling = False
     try:
         with conn.transaction() as tx:
+            if trace is not None:
+                conn.execute(_TRACE_SQL, (trace,))
             yield c
             settling = True
             if c.status is not None and c.status >= 500:
@@ -461,12 +548,15 @@ def unkeyed(conn: psycopg.Connection[Any], endpoint: str) -> Iterator[Claim]:
 
 
 @asynccontextmanager
-async def aunkeyed(conn: psycopg.AsyncConnection[Any], endpoint: str) -> AsyncIterator[Claim]:
+async def aunkeyed(conn: psycopg.AsyncConnection[Any], endpoint: str,
+                   trace: Optional[str] = None) -> AsyncIterator[Claim]:
     """``unkeyed`` for a psycopg ``AsyncConnection``."""
-    c = Claim(outcome="unkeyed", conn=conn, tenant=None, endpoint=endpoint, key=None)
+    c = Claim(outcome="unkeyed", conn=conn, tenant=None, endpoint=endpoint, key=None, trace=trace)
     settling = False
     try:
         async with conn.transaction() as tx:
+            if trace is not None:
+                await conn.execute(_TRACE_SQL, (trace,))
             yield c
             settling = True
             if c.status is not None and c.status >= 500:

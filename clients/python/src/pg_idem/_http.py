@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http import HTTPStatus
 from typing import Any, Optional, Union
 
@@ -46,13 +48,16 @@ def request_fingerprint(method: str, path: str, body: bytes, content_type: Optio
     return h.digest()
 
 
-def problem(status: int, detail: str, code: str, extra: Iterable[tuple[str, str]] = ()) -> Answer:
-    """A problem+json answer (RFC 9457); ``code`` names the case for programs."""
+def problem(status: int, detail: str, code: str, extra: Iterable[tuple[str, str]] = (),
+            members: Optional[dict[str, Any]] = None) -> Answer:
+    """A problem+json answer (RFC 9457); ``code`` names the case for programs; ``members`` are
+    extension members of the problem."""
     try:
         title = HTTPStatus(status).phrase
     except ValueError:
         title = "Error"
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, "code": code}
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, "code": code,
+            **(members or {})}
     return Answer(status, [("Content-Type", "application/problem+json"), *extra], json.dumps(body).encode())
 
 
@@ -82,9 +87,35 @@ _MESSAGES = {
 }
 
 
+#: Retry-After of a frozen endpoint without an ``until``.
+FROZEN_RETRY_AFTER = 60
+
+
+def frozen_retry_after(until: Optional[datetime]) -> int:
+    """Seconds until a freeze ends (at least 1), else ``FROZEN_RETRY_AFTER`` (60)."""
+    if until is None:
+        return FROZEN_RETRY_AFTER
+    if until.tzinfo is None:
+        until = until.replace(tzinfo=timezone.utc)
+    return max(1, math.ceil((until - datetime.now(timezone.utc)).total_seconds()))
+
+
+def frozen_answer(reason: Optional[str], until: Optional[datetime]) -> Answer:
+    """503 for a frozen endpoint: ``Retry-After`` the seconds until ``until`` (else 60), and a
+    problem+json body naming the reason (members ``reason`` and ``until``, null when unknown)."""
+    detail = "this endpoint is frozen" + (f" until {until.isoformat()}" if until is not None else "")
+    detail += (f": {reason}" if reason else "") + "; nothing was done"
+    return problem(503, detail, "idempotency-endpoint-frozen",
+                   [("Retry-After", str(frozen_retry_after(until)))],
+                   {"reason": reason, "until": None if until is None else until.isoformat()})
+
+
 def outcome_answer(outcome: str, status: Optional[int], headers: dict[str, Any], body: Optional[bytes],
-                   retry_after: int) -> Answer:
-    """The answer to an outcome that executes nothing."""
+                   retry_after: int, reason: Optional[str] = None,
+                   until: Optional[datetime] = None) -> Answer:
+    """The answer to an outcome that executes nothing (``reason`` and ``until``: a freeze's)."""
+    if outcome == "frozen":
+        return frozen_answer(reason, until)
     if outcome == "replay":
         pairs = [(k, v) for k, v in header_pairs(headers) if k.lower() not in NOT_STORED]
         return Answer(int(status or 200), [*pairs, ("Idempotent-Replayed", "true")], body or b"")

@@ -15,21 +15,19 @@ import select
 import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from email.utils import parsedate_to_datetime
-from http.client import HTTPException
+from datetime import datetime, timedelta
 from typing import Any, Callable, Optional, Union
 
 import psycopg
 from psycopg import errors
 from psycopg.types.json import Jsonb
 
+from . import _retry
 from ._sql import idem_call
 
 Headers = Mapping[str, Union[str, Sequence[str]]]
@@ -46,6 +44,7 @@ _TAKE_SQL = (
     "%s, max_messages => %s::integer, lease => %s::interval, tenant => %s::text)"
 )
 _DELIVERED_SQL = "SELECT {}(%s::bigint, %s::integer, %s::integer, %s::bytea)"
+_DELIVERED_MANY_SQL = "SELECT {}(%s::bigint[], %s::integer[], %s::integer[], %s::bytea[])"
 _RETRY_SQL = "SELECT {}(%s::bigint, %s::integer, %s::text, %s::interval)"
 _DEAD_SQL = "SELECT {}(%s::bigint, %s::integer, %s::text)"
 
@@ -89,6 +88,7 @@ def enqueue(
     lists of strings).  ``schema``: the schema of the extension (default:
     found on the search_path).
     """
+    value: Any
     if isinstance(payload, (bytes, bytearray, memoryview)):
         kind, value = "bytea", bytes(payload)
     elif isinstance(payload, str):
@@ -133,6 +133,55 @@ class Reply:
     retry_after: Optional[float] = None
 
 
+class _Batch:
+    """The successful deliveries of one take, recorded together by one ``idem_delivered_many``.
+
+    Each delivery of the take reports to it once (``done``), with its
+    verdict when it is a success the batch records.  The last report flushes
+    the batch; so does the take's deadline (``expire``, at ``timeout``
+    after the take, inside the lease), so that a slow delivery never keeps
+    the others' successes unrecorded until their leases run out; a success
+    reported after that is recorded on its own.
+    """
+
+    def __init__(self, size: int, flush: Callable[[list[tuple[Message, _Verdict]]], None],
+                 seconds: float) -> None:
+        self._lock = threading.Lock()
+        self._left = size
+        self._pending: list[tuple[Message, _Verdict]] = []
+        self._closed = False
+        self._flush = flush
+        self._timer = threading.Timer(seconds, self.expire)
+        self._timer.daemon = True
+        if size > 0:
+            self._timer.start()
+
+    def done(self, message: Message, verdict: Optional[_Verdict]) -> None:
+        items: list[tuple[Message, _Verdict]] = []
+        with self._lock:
+            self._left -= 1
+            if verdict is not None:
+                if self._closed:
+                    items = [(message, verdict)]
+                else:
+                    self._pending.append((message, verdict))
+            if self._left == 0 and not self._closed:
+                self._closed = True
+                items, self._pending = self._pending, []
+                self._timer.cancel()
+        if items:
+            self._flush(items)
+
+    def expire(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            items, self._pending = self._pending, []
+        if items:
+            self._flush(items)
+
+
 @dataclass(frozen=True)
 class _Verdict:
     kind: str  # delivered, retry or dead
@@ -143,32 +192,15 @@ class _Verdict:
 
 
 def _verdict(status: Optional[int], body: Optional[bytes], after: Optional[float]) -> _Verdict:
-    """What to record for a receiver's status (3xx included: redirects are not followed)."""
-    if status is None or 200 <= status <= 299:
+    """What to record for a receiver's status (3xx included: redirects are not followed), by the
+    package's one retry policy (``_retry``): 2xx delivered, 408, 429 and 5xx retried, anything else dead."""
+    if status is None or _retry.succeeded(status):
         return _Verdict("delivered", status=status, body=body)
     text = f": {body[:_ERROR_BODY_CHARS * 4].decode('utf-8', 'replace')[:_ERROR_BODY_CHARS]}" if body else ""
     error = f"HTTP {status}{text}"
-    if status in (408, 429) or status >= 500:
+    if _retry.retryable(status):
         return _Verdict("retry", error=error, after=None if after is None else timedelta(seconds=after))
     return _Verdict("dead", error=error)
-
-
-def _retry_after(value: Optional[str]) -> Optional[float]:
-    """Seconds from a Retry-After header: delay-seconds or an HTTP-date (RFC 9110, 10.2.3)."""
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    if when is None:  # Python < 3.10 returns None for a bad date
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
 def _reply_verdict(reply: Optional[Reply]) -> _Verdict:
@@ -181,16 +213,6 @@ def _reply_verdict(reply: Optional[Reply]) -> _Verdict:
         raise TypeError(f"pg_idem: the handler returned status {status!r}, not an HTTP status")
     body = reply.body.encode() if isinstance(reply.body, str) else reply.body
     return _verdict(status, body, reply.retry_after)
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Redirects are answers (dead), not followed: urllib would re-send a POST as a GET."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_opener = urllib.request.build_opener(_NoRedirect)
 
 
 class Dispatcher:
@@ -214,6 +236,11 @@ class Dispatcher:
     dispatcher ``LISTEN``s on ``idem_outbox`` and takes when a notification
     names its topic, else every ``poll_interval`` seconds.  ``schema``: the
     schema of the extension (default: found on the search_path).
+
+    The successes of one take are recorded together, with one
+    ``idem_delivered_many`` (when the take's last delivery finishes, or at
+    the latest ``timeout`` after the take), their statuses and bodies
+    kept.  Retries and deaths are recorded one by one, as each finishes.
     """
 
     def __init__(
@@ -256,10 +283,10 @@ class Dispatcher:
         self.tenant = tenant
         self.poll_interval = float(poll_interval)
         self.logger = logger or logging.getLogger("pg_idem.dispatcher")
-        self._take_sql, self._delivered_sql, self._retry_sql, self._dead_sql = (
+        self._take_sql, self._delivered_sql, self._retry_sql, self._dead_sql, self._delivered_many_sql = (
             idem_call(template, function, schema) for template, function in (
                 (_TAKE_SQL, "idem_take"), (_DELIVERED_SQL, "idem_delivered"), (_RETRY_SQL, "idem_retry"),
-                (_DEAD_SQL, "idem_dead")))
+                (_DEAD_SQL, "idem_dead"), (_DELIVERED_MANY_SQL, "idem_delivered_many")))
 
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -334,9 +361,10 @@ class Dispatcher:
             self._check_lease(conn)
             rows = conn.execute(
                 self._take_sql, (self.topic, self.batch_size, self.lease, self.tenant)).fetchall()
+            batch = _Batch(len(rows), lambda items: self._record_many(conn, items), self.timeout)
             with ThreadPoolExecutor(self.concurrency) as executor:
                 for row in rows:
-                    executor.submit(self._deliver, conn, self._message(row))
+                    executor.submit(self._deliver, conn, self._message(row), batch)
         return len(rows)
 
     def _check_lease(self, conn: psycopg.Connection[Any]) -> None:
@@ -387,10 +415,11 @@ class Dispatcher:
             n = min(self.batch_size, free)
             self._more = False
             rows = self._conn.execute(self._take_sql, (self.topic, n, self.lease, self.tenant)).fetchall()
+            batch = _Batch(len(rows), self._record_many_now, self.timeout)
             for row in rows:
                 with self._lock:
                     self._in_flight += 1
-                executor.submit(self._run_delivery, self._message(row))
+                executor.submit(self._run_delivery, self._message(row), batch)
             if len(rows) == n:
                 self._more = True
             with self._lock:
@@ -422,12 +451,12 @@ class Dispatcher:
                 # what the session is for
                 self._listen.execute("LISTEN idem_outbox")
 
-    def _run_delivery(self, message: Message) -> None:
+    def _run_delivery(self, message: Message, batch: _Batch) -> None:
         try:
             # the connection as it is now: run() replaces a broken one
             conn = self._conn
             assert conn is not None
-            self._deliver(conn, message)
+            self._deliver(conn, message, batch)
         finally:
             with self._lock:
                 self._in_flight -= 1
@@ -444,13 +473,58 @@ class Dispatcher:
 
     # -- delivering
 
-    def _deliver(self, conn: psycopg.Connection[Any], message: Message) -> None:
-        """Deliver one message and record the answer; never raises."""
+    def _deliver(self, conn: psycopg.Connection[Any], message: Message, batch: _Batch) -> None:
+        """Deliver one message and record the answer (a success with its take's batch); never
+        raises."""
+        batched: Optional[_Verdict] = None
         try:
-            verdict = self._post(message) if self.url is not None else self._call(message)
-        except Exception as e:  # a handler's failure, whatever it is, is worth a retry
-            verdict = _Verdict("retry", error=f"{type(e).__name__}: {e}")
-        self._record(conn, message, verdict)
+            try:
+                verdict = self._post(message) if self.url is not None else self._call(message)
+            except Exception as e:  # a handler's failure, whatever it is, is worth a retry
+                verdict = _Verdict("retry", error=f"{type(e).__name__}: {e}")
+            if verdict.kind == "delivered":
+                batched = verdict
+            else:
+                self._record(conn, message, verdict)
+        finally:
+            batch.done(message, batched)
+
+    def _record_many_now(self, items: list[tuple[Message, _Verdict]]) -> None:
+        conn = self._conn
+        if conn is None:  # run() is over: cannot happen while deliveries are in flight
+            for message, _ in items:
+                self.logger.error("pg_idem dispatcher: %s attempt %s: no connection to record its delivery",
+                                  message.idempotency_key, message.attempt)
+            return
+        self._record_many(conn, items)
+
+    def _record_many(self, conn: psycopg.Connection[Any], items: list[tuple[Message, _Verdict]]) -> None:
+        """Record a batch of successes with one ``idem_delivered_many``; never raises.
+
+        A stale attempt anywhere makes idem write nothing of the batch (55000):
+        then each is recorded on its own, so that the live ones are kept.
+        """
+        if len(items) == 1:
+            self._record(conn, *items[0])
+            return
+        try:
+            conn.execute(self._delivered_many_sql, (
+                [m.id for m, _ in items], [m.attempt for m, _ in items], [v.status for _, v in items],
+                [v.body for _, v in items]))
+        except errors.ObjectNotInPrerequisiteState:
+            for message, verdict in items:
+                self._record(conn, message, verdict)
+            return
+        except psycopg.Error as e:
+            for message, _ in items:
+                self.logger.error("pg_idem dispatcher: %s attempt %s: recording the answer (delivered) "
+                                  "failed: %s",
+                                  message.idempotency_key, message.attempt, e)
+            return
+        for message, verdict in items:
+            status = "" if verdict.status is None else f" ({verdict.status})"
+            self.logger.info("pg_idem dispatcher: %s attempt %s: delivered%s", message.idempotency_key,
+                             message.attempt, status)
 
     def _call(self, message: Message) -> _Verdict:
         assert self.handler is not None
@@ -466,22 +540,14 @@ class Dispatcher:
         if not request.has_header("Content-type"):  # urllib would send a form's type
             request.add_header("Content-Type", "application/octet-stream")
         try:
-            with _opener.open(request, timeout=self.timeout) as response:
-                body = response.read()
-                return _verdict(response.status, body, _retry_after(response.headers.get("Retry-After")))
-        except urllib.error.HTTPError as e:
-            try:
-                return _verdict(e.code, e.read(), _retry_after(e.headers.get("Retry-After")))
-            finally:
-                e.close()
-        except (urllib.error.URLError, OSError, HTTPException) as e:
-            reason = e.reason if isinstance(e, urllib.error.URLError) else e
-            if isinstance(reason, (TimeoutError, socket.timeout)):
-                return _Verdict("retry", error=f"no answer within {self.timeout} s")
-            return _Verdict("retry", error=f"{type(reason).__name__}: {reason}")
+            sent = _retry.send(request, self.timeout)
         except ValueError as e:
             # a header HTTP cannot carry (http.client refuses it): no attempt could ever send it
             return _Verdict("dead", error=f"the message cannot be sent: {e}")
+        if sent.error is not None:  # a timeout or a network error: retried
+            return _Verdict("retry", error=sent.error)
+        assert sent.status is not None
+        return _verdict(sent.status, sent.body, sent.retry_after)
 
     def _record(self, conn: psycopg.Connection[Any], message: Message, verdict: _Verdict) -> None:
         """Record a verdict with the message's own attempt; a stale lease is a warning, not an error."""

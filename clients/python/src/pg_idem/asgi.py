@@ -16,6 +16,12 @@ the instant it arrives gets the replay.  A request without the key (or with
 an empty one) is refused when ``required``; else nothing is claimed and the
 handler runs the same way, in a transaction of ``request.state.idem.conn``
 (``request.state.idem.key`` is None).
+
+The request's transaction gets ``idem.trace`` (``request.state.idem.trace``):
+the trace-id of a valid W3C ``traceparent`` header, else an
+``X-Request-Id`` header, else a new ``uuid4().hex``.  A frozen endpoint
+(``idem_freeze``) answers 503 with ``Retry-After`` and a problem+json body
+naming the reason.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from starlette.routing import Match
 
 from . import _http
 from ._claim import Claim, ResponseNotStored, aclaim, aunkeyed
+from ._trace import trace_id
 
 logger = logging.getLogger("pg_idem")
 
@@ -105,6 +112,7 @@ class IdempotencyMiddleware:
 
         request = Request(scope)
         endpoint = f"{scope['method']} {_route_template(scope)}"
+        trace = trace_id(request.headers.get("traceparent"), request.headers.get("x-request-id"))
         app_receive = receive
         body = b""
         if key is not None:
@@ -135,7 +143,7 @@ class IdempotencyMiddleware:
         async def transaction(key: Optional[str]) -> AsyncIterator[Claim]:
             async with await self.connect() as conn:
                 if key is None:
-                    async with aunkeyed(conn, endpoint) as c:
+                    async with aunkeyed(conn, endpoint, trace) as c:
                         yield c
                 else:
                     tenant = self.tenant(request) if callable(self.tenant) else self.tenant
@@ -148,14 +156,15 @@ class IdempotencyMiddleware:
                         target += "?" + scope["query_string"].decode("latin-1")
                     fp = self.fingerprint(scope["method"], target, body, request.headers.get("content-type"))
                     async with aclaim(conn, tenant, endpoint, key, fp, wait=self.wait, lease=self.lease,
-                                      schema=self.schema) as c:
+                                      schema=self.schema, trace=trace) as c:
                         yield c
 
         answer: Optional[_http.Answer] = None
         try:
             async with transaction(key) as c:
                 if c.outcome not in ("claimed", "unkeyed"):
-                    answer = _http.outcome_answer(c.outcome, c.status, c.headers, c.body, self.retry_after)
+                    answer = _http.outcome_answer(c.outcome, c.status, c.headers, c.body, self.retry_after,
+                                                  c.frozen_reason, c.frozen_until)
                 else:
                     scope.setdefault("state", {})["idem"] = c
                     await self.app(scope, app_receive, capture)
@@ -168,7 +177,7 @@ class IdempotencyMiddleware:
             await self._report(request, e)
         except Exception as e:
             logger.exception("pg_idem: %s failed (key %r); its writes are rolled back", endpoint, key,
-                             extra={"idempotency_key": key, "endpoint": endpoint,
+                             extra={"idempotency_key": key, "endpoint": endpoint, "trace_id": trace,
                                     "sqlstate": getattr(e, "sqlstate", None)})
             answer = _http.problem(500, "the request failed; retry it", "internal-error")
             await self._report(request, e)
@@ -199,9 +208,10 @@ def _route_template(scope: Scope) -> str:
             match, _ = route.matches(scope)
         except Exception:  # a route that cannot judge this scope
             continue
-        if match == Match.FULL and isinstance(getattr(route, "path", None), str):
-            return route.path
-    return scope.get("root_path", "") + scope["path"]
+        path = getattr(route, "path", None)
+        if match == Match.FULL and isinstance(path, str):
+            return path
+    return str(scope.get("root_path", "")) + str(scope["path"])
 
 
 async def _read_body(receive: Callable[[], Awaitable[Message]]) -> bytes:

@@ -27,6 +27,11 @@ connection...), nothing recorded; else 500.  ``IDEM_ON_ERROR`` is then
 called too.
 ``@pg_idem.django.idempotency(required=..., wait=..., lease=..., enabled=...)``
 overrides the settings for one view.
+
+The request's transaction gets ``idem.trace`` (``request.idem.trace``): the
+trace-id of a valid W3C ``traceparent`` header, else an ``X-Request-Id``
+header, else a new ``uuid4().hex``.  A frozen endpoint (``idem_freeze``)
+answers 503 with ``Retry-After`` and a problem+json body naming the reason.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from django.utils.module_loading import import_string
 
 from . import _http
 from ._claim import Claim, ResponseNotStored, claim, unkeyed
+from ._trace import trace_id
 
 logger = logging.getLogger("pg_idem")
 
@@ -119,8 +125,8 @@ class IdempotencyMiddleware:
         try:
             with self._transaction(request, endpoint, key, options) as c:
                 if c.outcome not in ("claimed", "unkeyed"):
-                    return _answer(
-                        _http.outcome_answer(c.outcome, c.status, c.headers, c.body, self.retry_after))
+                    return _answer(_http.outcome_answer(c.outcome, c.status, c.headers, c.body,
+                                                        self.retry_after, c.frozen_reason, c.frozen_until))
                 request.idem = c  # type: ignore[attr-defined]
                 response = self.get_response(request)
                 if response.streaming:
@@ -152,9 +158,10 @@ class IdempotencyMiddleware:
     @contextmanager
     def _transaction(self, request: HttpRequest, endpoint: str, key: Optional[str],
                      options: dict[str, Any]) -> Iterator[Claim]:
+        trace = trace_id(request.headers.get("traceparent"), request.headers.get("X-Request-Id"))
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             if key is None:
-                with unkeyed(conn, endpoint) as c:
+                with unkeyed(conn, endpoint, trace) as c:
                     yield c
                 return
             tenant = self.tenant(request)
@@ -164,7 +171,7 @@ class IdempotencyMiddleware:
                                            request.content_type)
             wait = _http.wait_seconds(options.get("wait", self.wait))
             with claim(conn, tenant, endpoint, key, fp, wait=wait, lease=options.get("lease", self.lease),
-                       schema=self.schema) as c:
+                       schema=self.schema, trace=trace) as c:
                 yield c
 
     def _failed(self, request: HttpRequest, endpoint: str, key: Optional[str],
