@@ -177,5 +177,16 @@ is(query('doc/patterns.md', q{
 is(query('doc/outbox.md', q{
 	SELECT state, attempt FROM idem_outbox WHERE key = 'order-7/confirmation'}),
 	'delivered|1', "outbox.md's message was delivered once");
+is(query('doc/incidents.md', q{
+	SELECT count(*), sum(amount) FROM refunds}),
+	'1|4200', "incidents.md's compensation, run twice, refunded the duplicate once");
+is(query('doc/incidents.md', q{
+	SELECT key, state, status FROM idem_record WHERE endpoint = 'compensate:POST /v1/charges'}),
+	'k-91c2|succeeded|201', "incidents.md's compensation was claimed under the duplicate's key");
+is(query('doc/incidents.md', q{
+	SELECT (SELECT count(*) FROM idem_record WHERE key = 'k-5e11'),
+	       (SELECT count(*) FROM idem_outbox WHERE topic = 'refunds'),
+	       (SELECT count(*) FROM idem_freeze) + (SELECT count(*) FROM idem_pause)}),
+	'0|1|0', "incidents.md's frozen claim wrote nothing, one refund was enqueued, the stops were lifted");
 
 done_testing();
