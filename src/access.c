@@ -51,7 +51,6 @@
 #include "storage/lmgr.h"
 #include "storage/sinval.h"
 #include "utils/builtins.h"
-#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/ruleutils.h"
@@ -336,7 +335,7 @@ access_relation(AccessTable *t)
 	Assert(t->ncolumns <= ACCESS_MAX_COLUMNS);
 	if (!t->registered)
 	{
-		CacheRegisterRelcacheCallback(access_invalidate, PointerGetDatum(t));
+		idem_on_relcache_change(access_invalidate, PointerGetDatum(t));
 		t->registered = true;
 	}
 

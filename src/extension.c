@@ -6,7 +6,9 @@
  *
  * The ground floor: every room that reaches a table of idem's finds the
  * schema here first, and includes no room above it.  The tables' own
- * look-ups (access.c) and their invalidation build on it.
+ * look-ups (access.c) and their invalidation build on it: the one relcache
+ * callback of the library is here, and passes each invalidation on to the
+ * rooms that keep something of a table.
  *
  *-------------------------------------------------------------------------
  */
@@ -20,9 +22,28 @@
 #include "commands/extension.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/rel.h"
 
 #include "extension.h"
+
+/*
+ * The rooms that keep something of a table until it changes: the two
+ * tables of access.c's rooms, the plans of the SQL way, the bindings, the
+ * freezes.  Core gives all the libraries of a backend ten relcache
+ * callbacks (MAX_RELCACHE_CALLBACKS in inval.c), of which Citus takes five
+ * and the plan cache one: idem takes one slot, whatever its rooms keep.
+ */
+#define MAX_LISTENERS	8
+
+typedef struct RelcacheListener
+{
+	RelcacheCallbackFunction func;
+	Datum		arg;
+} RelcacheListener;
+
+static RelcacheListener listeners[MAX_LISTENERS];
+static int	nlisteners = 0;
 
 /*
  * Whether SQL objects of version version are ones this library serves:
@@ -96,4 +117,29 @@ idem_extension_schema(void)
 						   IDEM_OLDEST_OBJECTS),
 				 errhint("Run ALTER EXTENSION idem UPDATE in this database.")));
 	return nspid;
+}
+
+static void
+relcache_changed(Datum arg, Oid relid)
+{
+	for (int i = 0; i < nlisteners; i++)
+		listeners[i].func(listeners[i].arg, relid);
+}
+
+/*
+ * Have func(arg, relid) called at each relcache invalidation of this
+ * backend, as CacheRegisterRelcacheCallback would; each room calls it once
+ * per backend, so that the listeners are a fixed few (an error here is a
+ * room registering at every call).
+ */
+void
+idem_on_relcache_change(RelcacheCallbackFunction func, Datum arg)
+{
+	if (nlisteners == MAX_LISTENERS)
+		elog(ERROR, "out of idem relcache listener slots");
+	if (nlisteners == 0)
+		CacheRegisterRelcacheCallback(relcache_changed, (Datum) 0);
+	listeners[nlisteners].func = func;
+	listeners[nlisteners].arg = arg;
+	nlisteners++;
 }

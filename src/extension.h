@@ -10,6 +10,9 @@
 
 #include "idem.h"
 
+#include "utils/inval.h"
+
 extern Oid	idem_extension_schema(void);
+extern void idem_on_relcache_change(RelcacheCallbackFunction func, Datum arg);
 
 #endif							/* IDEM_EXTENSION_H */

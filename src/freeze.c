@@ -161,7 +161,7 @@ freezes_current(void)
 		freeze_context = AllocSetContextCreate(CacheMemoryContext,
 											   "idem freezes",
 											   ALLOCSET_SMALL_SIZES);
-		CacheRegisterRelcacheCallback(freeze_relcache_changed, (Datum) 0);
+		idem_on_relcache_change(freeze_relcache_changed, (Datum) 0);
 	}
 	MemoryContextReset(freeze_context);
 	freezes = NIL;

@@ -61,7 +61,6 @@
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/plancache.h"
 #include "utils/resowner.h"
@@ -445,7 +444,7 @@ sql_open(RecordAccess *ra)
 
 	if (!callback_registered)
 	{
-		CacheRegisterRelcacheCallback(sql_invalidate, (Datum) 0);
+		idem_on_relcache_change(sql_invalidate, (Datum) 0);
 		callback_registered = true;
 	}
 	for (int i = 0; plans_valid && i < NUM_PLANS; i++)

@@ -300,7 +300,7 @@ role_binding(Oid roleid, const char *tenant, RoleBinding *out)
 
 	if (!callbacks_registered)
 	{
-		CacheRegisterRelcacheCallback(binding_relcache_changed, (Datum) 0);
+		idem_on_relcache_change(binding_relcache_changed, (Datum) 0);
 		CacheRegisterSyscacheCallback(AUTHMEMMEMROLE, binding_roles_changed,
 									  (Datum) 0);
 		CacheRegisterSyscacheCallback(AUTHOID, binding_roles_changed,
