@@ -53,7 +53,7 @@ ifeq ($(CFLAGS_SL_MODULE),)
 override CFLAGS += -fvisibility=hidden
 endif
 
-.PHONY: test test-matrix run stop memcheck bench
+.PHONY: test test-matrix run stop memcheck bench sql-edition
 
 test:
 	@PG_CONFIG='$(PG_CONFIG)' IDEM_CFLAGS='$(IDEM_CFLAGS)' bash test/run.sh
@@ -72,6 +72,11 @@ memcheck:
 
 bench:
 	@PG_CONFIG='$(PG_CONFIG)' bash test/bench.sh
+
+# The SQL edition for managed services (sql-edition/README.md):
+# sql-edition/idem.sql and sql-edition/idem_tle.sql
+sql-edition:
+	@python3 sql-edition/generate.py
 
 # Packaging (test/package.sh): the Debian packages postgresql-NN-idem in
 # deb-build/, the PGXN archive idem-$(EXTVERSION).zip, and the test that

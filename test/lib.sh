@@ -133,6 +133,18 @@ CITUS_TARBALL_GLOB=${IDEM_TEST_CITUS_TARBALL:-$PWD/../shared/vendor/citus-*.tar.
 CITUS_PACKAGES="liblz4-dev libzstd-dev libssl-dev libkrb5-dev libicu-dev
 libcurl4-openssl-dev libxslt1-dev libpam0g-dev libreadline-dev"
 
+# pg_tle, the stand-in for a managed service (test/tle/build.sh): its
+# source, where its build is kept, and what building it needs
+TLE_CACHE=${IDEM_TEST_TLE_CACHE:-/var/tmp/idem-pgtle/$PG_MAJOR}
+TLE_TARBALL_GLOB=${IDEM_TEST_TLE_TARBALL:-$PWD/../shared/vendor/pg_tle-*.tar.gz}
+TLE_PACKAGES="flex bison libkrb5-dev"
+
+# tle_locate: set TLE_TARBALL to the newest pg_tle source, or return 1
+tle_locate() {
+	TLE_TARBALL=$(ls $TLE_TARBALL_GLOB 2>/dev/null | sort -V -r | head -n 1)
+	[ -n "$TLE_TARBALL" ] && [ -f "$TLE_TARBALL" ]
+}
+
 # citus_majors TARBALL: the PostgreSQL majors that a Citus source supports,
 # as its own configure script lists them
 citus_majors() {

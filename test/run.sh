@@ -64,6 +64,15 @@ if is_root; then
 			export IDEM_TEST_CITUS_SKIP="building $(basename "$CITUS_TARBALL") failed"
 		fi
 	fi
+	# pg_tle, for the SQL edition's test through it (test/tle/build.sh)
+	if want tap; then
+		bash test/tle/build.sh
+		case $? in
+			0) ;;
+			2) export IDEM_TEST_TLE_SKIP="no pg_tle source" ;;
+			*) export IDEM_TEST_TLE_SKIP="building pg_tle failed" ;;
+		esac
+	fi
 	run_as_postgres test/run.sh
 	exit $?
 fi
@@ -341,6 +350,20 @@ fi
 # TAP: the worker, restarts, reloads, a standby (PostgreSQL::Test::Cluster)
 if want tap; then
 	say "TAP"
+	# a server with pg_tle and without idem's library or control file: a
+	# managed service, for test/t/091_sql_edition_tle.pl
+	if [ -z "${IDEM_TEST_TLE_SKIP:-}" ] && [ -f "$TLE_CACHE/stamp" ]; then
+		tle=$ROOT/tmp_install_tle
+		rm -rf "$tle"
+		mkdir -p "$tle$PG_BINDIR" "$tle$PG_PKGLIBDIR" "$tle$PG_SHAREDIR"
+		cp -a "$PG_BINDIR/." "$tle$PG_BINDIR/"
+		cp -a "$PG_PKGLIBDIR/." "$tle$PG_PKGLIBDIR/"
+		cp -a "$PG_SHAREDIR/." "$tle$PG_SHAREDIR/"
+		rm -f "$tle$PG_PKGLIBDIR"/idem.so "$tle$PG_SHAREDIR"/extension/idem.control \
+			"$tle$PG_SHAREDIR"/extension/idem--*.sql
+		cp -a "$TLE_CACHE/root/." "$tle/"
+		export IDEM_TEST_TLE_INSTALL=$tle$(dirname "$PG_BINDIR")
+	fi
 	mkdir -p "$OUT/tap"
 	PG_TEST_TIMEOUT_DEFAULT=90 TESTDIR="$OUT/tap" PG_REGRESS="$PG_PGXSDIR/src/test/regress/pg_regress" \
 		prove -v -I "$PG_PGXSDIR/src/test/perl" \

@@ -1,0 +1,1920 @@
+/*
+ * edition.sql: what the SQL edition of idem does differently from the C
+ * edition, written beside nothing else.  sql-edition/generate.py reads it
+ * with idem--<version>.sql, which holds what both editions share (the
+ * tables, indexes, views, policies, grants, comments and the functions'
+ * signatures), and writes sql-edition/idem.sql and idem_tle.sql.
+ *
+ * How a call is made safe without a library:
+ *
+ * - The API functions run as their caller (SECURITY INVOKER, as in the C
+ *   edition), and pass current_user to a worker function that runs as the
+ *   role that installed idem (SECURITY DEFINER), the only role that may
+ *   touch the tables.  The worker binds the call by the roles it acts as:
+ *   the session user and the role of SET ROLE, which it reads itself, and
+ *   the role passed.  A caller that calls a worker directly can only pass
+ *   a role that adds a binding, never one that lifts one: every bound role
+ *   among the three restricts the call, and the passed role never exempts
+ *   it from idem.require_binding.
+ * - The settings that the C edition reserves to a superuser are rows of
+ *   idem_setting, which only the installing role may write; a SET of the
+ *   same name changes nothing.
+ * - A claim that meets an uncommitted claim of its key answers in_progress
+ *   without waiting for it: every claim that may insert a key's record
+ *   takes the key's advisory lock first, with pg_try_advisory_xact_lock,
+ *   and a claim that does not get it answers at once.  A transaction takes
+ *   at most idem_sql_claim_locks() such locks (the lock table is shared by
+ *   every session); its later claims insert without one, and a claim that
+ *   meets such an uncommitted claim waits for it, as wait => true does.
+ *
+ * The directives below are read by generate.py; see its docstring.
+ */
+
+--@ omit \bidem_role\w*
+--@ omit \bidem_binding_changed\b
+--@ omit \bidem_binding_unknown_role\b
+--@ omit CREATE TABLE idem_binding\b
+--@ omit COMMENT ON TABLE idem_binding\b
+--@ omit pg_extension_config_dump\('idem_binding'
+--@ omit REVOKE ALL ON idem_binding\b
+--@ omit \bidem_freeze_changed\b
+
+--@ before CREATE TABLE idem_binding\b
+/*
+ * The tenant bindings (the C edition's table, with regrole for its own
+ * role type, which needs a library).  Written by idem_bind() and
+ * idem_unbind(), which only the role that installed idem may call.
+ */
+CREATE TABLE idem_binding (
+	role				regrole PRIMARY KEY,
+	tenant				text COLLATE "C" NOT NULL
+		CHECK (octet_length(tenant) BETWEEN 1 AND 255)
+);
+
+COMMENT ON TABLE idem_binding IS
+	'tenant bindings: each role may touch only its tenant; change with idem_bind() and idem_unbind()';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_binding', '');
+
+REVOKE ALL ON idem_binding FROM PUBLIC;
+
+/*
+ * The settings that the C edition reserves to a superuser, where only the
+ * role that installed idem may write them.  A missing row is the C
+ * edition's default.
+ */
+CREATE TABLE idem_setting (
+	name				text PRIMARY KEY
+		CHECK (name IN ('idem.max_retention', 'idem.max_lease',
+						'idem.require_binding', 'idem.max_body_size',
+						'idem.log_outcomes')),
+	value				text NOT NULL
+);
+
+COMMENT ON TABLE idem_setting IS
+	'the SQL edition''s superuser-only settings: only the role that installed idem may change them';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_setting', '');
+
+REVOKE ALL ON idem_setting FROM PUBLIC;
+
+CREATE FUNCTION idem_edition()
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT 'sql' $$;
+
+COMMENT ON FUNCTION idem_edition() IS
+	'which edition of idem this is: sql (this one) or c';
+
+/* A superuser-only setting of the SQL edition, as text, or the default */
+CREATE FUNCTION idem_sql_setting(name text, fallback text)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+	SELECT coalesce((SELECT s.value FROM idem_setting s
+					  WHERE s.name = idem_sql_setting.name), fallback)
+$$;
+
+/* A setting any role may set (idem.retention, idem.lease, ...), or the default */
+CREATE FUNCTION idem_sql_guc(name text, fallback text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT coalesce(nullif(current_setting(name, true), ''), fallback)
+$$;
+
+/*
+ * Whether role may do what the C edition asks a superuser for: it is a
+ * superuser, or has the privileges of the role that installed idem (the
+ * owner of this function, current_user inside it).
+ */
+CREATE FUNCTION idem_sql_is_admin(role oid)
+RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+	SELECT coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.oid = role), false)
+		OR pg_has_role(role, current_user, 'USAGE')
+$$;
+
+/*
+ * The tenant the roles of this call are bound to (src/tenant.c has the
+ * rules): the session user, the role of SET ROLE, and role (the current
+ * user of the API function).  Each is bound by its own binding and by those
+ * of the roles whose privileges it has, a superuser by its own only.  NULL
+ * when none is bound; an error (42501) for bindings to two tenants, or for
+ * an unbound call while idem.require_binding is on.
+ */
+CREATE FUNCTION idem_sql_bound_tenant(role oid, tenant text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	set_role	oid := CASE current_setting('role')
+						   WHEN 'none' THEN NULL
+						   ELSE to_regrole(quote_ident(current_setting('role')))::oid
+					   END;
+	actors		oid[] := ARRAY[(SELECT oid FROM pg_roles WHERE rolname = session_user),
+							   set_role, role];
+	bound		text[];
+	exempt		boolean;
+BEGIN
+	SELECT array_agg(DISTINCT b.tenant ORDER BY b.tenant) INTO bound
+	  FROM unnest(actors) AS a(actor)
+	  JOIN pg_roles r ON r.oid = a.actor
+	  JOIN idem_binding b
+		ON b.role::oid = a.actor
+		OR (NOT r.rolsuper AND pg_has_role(a.actor, b.role::oid, 'USAGE'));
+	IF cardinality(bound) > 1 THEN
+		RAISE EXCEPTION '%', CASE WHEN tenant IS NULL
+								  THEN 'permission denied for idem tenants'
+								  ELSE format('permission denied for idem tenant "%s"', tenant) END
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = format('This call acts as roles bound to idem tenants "%s" and "%s".',
+								  bound[1], bound[2]);
+	END IF;
+	IF cardinality(bound) = 1 THEN
+		RETURN bound[1];
+	END IF;
+	exempt := idem_sql_is_admin(actors[1]) AND
+		(set_role IS NULL OR idem_sql_is_admin(set_role));
+	IF NOT exempt AND idem_sql_setting('idem.require_binding', 'off')::boolean THEN
+		RAISE EXCEPTION '%', CASE WHEN tenant IS NULL
+								  THEN 'permission denied for idem tenants'
+								  ELSE format('permission denied for idem tenant "%s"', tenant) END
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = format('Role "%s" is bound to no idem tenant, and idem.require_binding is on.',
+								  role::regrole);
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+/* Refuse a tenant that the roles of this call may not touch (42501) */
+CREATE FUNCTION idem_sql_check_tenant(role oid, tenant text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	bound		text := idem_sql_bound_tenant(role, tenant);
+BEGIN
+	IF bound IS NOT NULL AND bound <> tenant COLLATE "C" THEN
+		RAISE EXCEPTION 'permission denied for idem tenant "%"', tenant
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = format('This call is bound to idem tenant "%s".', bound);
+	END IF;
+END
+$$;
+
+/* The C edition's checks of a name argument: NULL, empty, too long */
+CREATE FUNCTION idem_sql_check_name(what text, value text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF value IS NULL THEN
+		RAISE EXCEPTION '% must not be null', what USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF value = '' THEN
+		RAISE EXCEPTION '% must not be empty', what USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF octet_length(value) > 255 THEN
+		RAISE EXCEPTION '% "%..." is too long', what, left(value, 32)
+			USING ERRCODE = 'string_data_right_truncation',
+				  DETAIL = format('It is %s bytes long; the limit is 255.', octet_length(value));
+	END IF;
+END
+$$;
+
+/* Claims, finishes and takes are decisions: only on the primary */
+CREATE FUNCTION idem_sql_require_primary(function text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+	PERFORM idem_sql_require_primary_of(function, 'idem_record');
+END
+$$;
+
+/*
+ * The same for a call on table (idem_record, idem_outbox): refused on a
+ * standby and on a subscriber that receives table
+ */
+CREATE FUNCTION idem_sql_require_primary_of(function text, "table" text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	sub			name;
+BEGIN
+	IF pg_is_in_recovery() THEN
+		RAISE EXCEPTION 'cannot call % during recovery', function
+			USING ERRCODE = 'read_only_sql_transaction',
+				  HINT = 'Idempotency decisions need the primary server: connect to it.';
+	END IF;
+	SELECT s.subname INTO sub
+	  FROM pg_subscription_rel sr JOIN pg_subscription s ON s.oid = sr.srsubid
+	 WHERE sr.srrelid = "table"::regclass
+	 LIMIT 1;
+	IF FOUND THEN
+		RAISE EXCEPTION 'cannot call % on a logical replication subscriber of table "%"', function, "table"
+			USING ERRCODE = 'read_only_sql_transaction',
+				  DETAIL = format('Subscription "%s" replicates %s into this database; a decision taken here would conflict with the publisher''s.', sub, "table"),
+				  HINT = format('Idempotency decisions need the publisher of subscription "%s": connect to it.', sub);
+	END IF;
+END
+$$;
+
+/*
+ * The lease's end and the expiry of a claim made at now (the C edition's
+ * claim_times): errors for a bad lease or retention, for one over the caps
+ * of idem_setting, and while idem.retry_window is not shorter than
+ * idem.retention.
+ */
+CREATE FUNCTION idem_sql_claim_times(now timestamptz, lease interval,
+									 retention interval,
+									 OUT lease_expires_at timestamptz,
+									 OUT expires_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	retry_window		interval := idem_sql_guc('idem.retry_window', '1h')::interval;
+	keep		interval := idem_sql_guc('idem.retention', '24h')::interval;
+	max_lease	interval := idem_sql_setting('idem.max_lease', '0')::interval;
+	max_keep	interval := idem_sql_setting('idem.max_retention', '0')::interval;
+BEGIN
+	IF retry_window >= keep THEN
+		RAISE EXCEPTION 'idem.retry_window (%) must be shorter than idem.retention (%)',
+			retry_window, keep
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A retry that arrives after its record expired would execute the request again.';
+	END IF;
+	lease_expires_at := now + coalesce(lease, idem_sql_guc('idem.lease', '5min')::interval);
+	IF lease_expires_at <= now THEN
+		RAISE EXCEPTION 'lease must be positive'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The lease given was %s.', lease);
+	END IF;
+	IF max_lease > '0' AND lease_expires_at - now > max_lease THEN
+		RAISE EXCEPTION 'lease % is longer than idem.max_lease (%)',
+			coalesce(lease, idem_sql_guc('idem.lease', '5min')::interval), max_lease
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Ask for a shorter lease, or have the role that installed idem raise idem.max_lease.';
+	END IF;
+	IF max_keep > '0' AND lease_expires_at - now > max_keep THEN
+		RAISE EXCEPTION 'lease % is longer than idem.max_retention (%)',
+			coalesce(lease, idem_sql_guc('idem.lease', '5min')::interval), max_keep
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Ask for a shorter lease, or have the role that installed idem raise idem.max_retention.';
+	END IF;
+	IF retention IS NOT NULL AND now + retention - now <= retry_window THEN
+		RAISE EXCEPTION 'retention % must be longer than idem.retry_window (%)',
+			retention, retry_window
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A retry that arrives after its record expired would execute the request again.';
+	END IF;
+	expires_at := now + coalesce(retention, keep);
+	IF max_keep > '0' AND expires_at - now > max_keep THEN
+		RAISE EXCEPTION 'retention % is longer than idem.max_retention (%)',
+			coalesce(retention, keep), max_keep
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Ask for a shorter retention, or have the role that installed idem raise idem.max_retention.';
+	END IF;
+	expires_at := greatest(expires_at, lease_expires_at);
+END
+$$;
+
+/*
+ * How many keys' advisory locks one transaction takes for its claims (see
+ * the head of edition.sql): a transaction's share of the lock table
+ * (max_locks_per_transaction's default), so that no transaction's claims
+ * exhaust the lock table that every session shares.
+ */
+CREATE FUNCTION idem_sql_claim_locks()
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT 64 $$;
+
+/*
+ * Take the key's claim lock if this transaction may still take one: true
+ * when it holds it now, or took none (over its share); false when another
+ * transaction holds it (an uncommitted claim of the key).
+ */
+CREATE FUNCTION idem_sql_claim_lock(tenant text, endpoint text, key text,
+									wait boolean)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	taken		integer := coalesce(nullif(current_setting('idem.sql_claim_locks', true), ''), '0')::integer;
+	class		integer := ('idem_record'::regclass::oid::bigint - 2147483648)::integer;
+	id			integer := hashtext(tenant || chr(1) || endpoint || chr(1) || key);
+BEGIN
+	IF taken >= idem_sql_claim_locks() THEN
+		RETURN true;
+	END IF;
+	IF NOT pg_try_advisory_xact_lock(class, id) THEN
+		IF NOT wait THEN
+			RETURN false;
+		END IF;
+		PERFORM pg_advisory_xact_lock(class, id);
+	END IF;
+	PERFORM set_config('idem.sql_claim_locks', (taken + 1)::text, true);
+	RETURN true;
+END
+$$;
+
+/* Whether a record is forgotten: expired, unless a pending claim's lease runs */
+CREATE FUNCTION idem_sql_expired(r idem_record, now timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+	SELECT r.expires_at <= now AND NOT (r.state = 'pending' AND r.lease_expires_at > now)
+$$;
+
+/*
+ * Claim a key (the C edition's protocol_claim, in PL/pgSQL): a finished
+ * record replays from the snapshot without locking; otherwise the key's
+ * claim lock, then the record locked (SKIP LOCKED: one that another
+ * transaction is writing answers in_progress) or inserted, the unique index
+ * deciding between two inserts.  An element of a batch (batch) takes no
+ * claim lock, so that a batch of 100,000 keys holds no lock per key: its
+ * insert waits for another transaction's uncommitted claim of the key.
+ */
+CREATE FUNCTION idem_sql_decide_claim(role oid, tenant text, endpoint text, key text,
+							   digest bytea, wait boolean, lease interval,
+							   retention interval, wait_timeout interval,
+							   batch boolean,
+							   OUT outcome text, OUT status integer,
+							   OUT body bytea, OUT headers jsonb,
+							   OUT attempt integer,
+							   OUT created_at timestamptz,
+							   OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	now			timestamptz := clock_timestamp();
+	deadline	timestamptz := 'infinity';
+	t			record;
+	r			idem_record;
+	snap		idem_record;
+	have_snap	boolean;
+	own			boolean;
+BEGIN
+	PERFORM idem_sql_check_name('tenant', tenant);
+	PERFORM idem_sql_check_name('endpoint', endpoint);
+	PERFORM idem_sql_check_name('key', key);
+	PERFORM idem_sql_check_tenant(role, tenant);
+	PERFORM idem_sql_require_primary('idem_claim()');
+	t := idem_sql_claim_times(now, lease, retention);
+	IF wait_timeout IS NOT NULL THEN
+		IF wait_timeout < '0' THEN
+			RAISE EXCEPTION 'wait_timeout must not be negative'
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = format('The wait_timeout given was %s.', wait_timeout);
+		END IF;
+		deadline := now + wait_timeout;
+	END IF;
+	LOOP
+		now := clock_timestamp();
+		t := idem_sql_claim_times(now, lease, retention);
+		SELECT * INTO snap FROM idem_record x
+		 WHERE x.tenant = idem_sql_decide_claim.tenant AND x.endpoint = idem_sql_decide_claim.endpoint
+		   AND x.key = idem_sql_decide_claim.key;
+		have_snap := FOUND AND NOT idem_sql_expired(snap, now);
+		IF have_snap AND (snap.fingerprint IS DISTINCT FROM digest AND snap.fingerprint IS NOT NULL AND digest IS NOT NULL) THEN
+			outcome := 'mismatch';
+		ELSIF have_snap AND (snap.state = 'succeeded' OR (snap.state = 'failed' AND NOT snap.retryable)) THEN
+			outcome := 'replay';
+		ELSIF have_snap AND snap.state = 'pending' AND snap.lease_expires_at > now THEN
+			own := (SELECT x.xmin::text::bigint FROM idem_record x
+					 WHERE x.tenant = idem_sql_decide_claim.tenant AND x.endpoint = idem_sql_decide_claim.endpoint
+					   AND x.key = idem_sql_decide_claim.key)
+				   = pg_current_xact_id_if_assigned()::text::bigint;
+			IF wait AND NOT coalesce(own, false) AND clock_timestamp() < deadline THEN
+				/* a committed pending claim: look again when it may have finished */
+				PERFORM pg_sleep(0.01);
+				CONTINUE;
+			END IF;
+			outcome := 'in_progress';
+		END IF;
+		IF outcome IS NOT NULL THEN
+			status := snap.status; body := snap.body; headers := snap.headers;
+			attempt := snap.attempt; created_at := snap.created_at;
+			expires_at := snap.expires_at;
+			RETURN;
+		END IF;
+
+		IF NOT batch AND NOT idem_sql_claim_lock(tenant, endpoint, key, wait) THEN
+			outcome := 'in_progress';
+			IF have_snap THEN
+				status := snap.status; body := snap.body; headers := snap.headers;
+				attempt := snap.attempt; created_at := snap.created_at;
+				expires_at := snap.expires_at;
+			END IF;
+			RETURN;
+		END IF;
+		now := clock_timestamp();
+		t := idem_sql_claim_times(now, lease, retention);
+		SELECT * INTO r FROM idem_record x
+		 WHERE x.tenant = idem_sql_decide_claim.tenant AND x.endpoint = idem_sql_decide_claim.endpoint
+		   AND x.key = idem_sql_decide_claim.key
+		   FOR UPDATE SKIP LOCKED;
+		IF NOT FOUND THEN
+			IF idem_sql_frozen(tenant, endpoint, now) THEN
+				outcome := 'frozen';
+				RETURN;
+			END IF;
+			INSERT INTO idem_record AS x (tenant, endpoint, key, state, fingerprint,
+										  attempt, created_at, claimed_at,
+										  lease_expires_at, expires_at, trace)
+			VALUES (tenant, endpoint, key, 'pending', digest,
+					coalesce((SELECT f.attempt FROM idem_attempt_floor f
+							   WHERE f.bucket = hashtext(key) & 4095), 0) + 1,
+					now, now, t.lease_expires_at, t.expires_at,
+					nullif(current_setting('idem.trace', true), ''))
+			ON CONFLICT (tenant, endpoint, key) DO NOTHING
+			RETURNING x.attempt INTO attempt;
+			IF FOUND THEN
+				outcome := 'claimed';
+				created_at := now;
+				expires_at := t.expires_at;
+				RETURN;
+			END IF;
+			/* the record is there, and another transaction writes it */
+			IF NOT wait THEN
+				outcome := 'in_progress';
+				RETURN;
+			END IF;
+			SELECT * INTO r FROM idem_record x
+			 WHERE x.tenant = idem_sql_decide_claim.tenant AND x.endpoint = idem_sql_decide_claim.endpoint
+			   AND x.key = idem_sql_decide_claim.key
+			   FOR UPDATE;
+			CONTINUE WHEN NOT FOUND;
+		END IF;
+
+		/* r is locked: re-claim it, or answer what it holds */
+		IF idem_sql_expired(r, now) OR
+		   (r.state = 'failed' AND r.retryable AND
+			NOT (r.fingerprint IS NOT NULL AND digest IS NOT NULL AND r.fingerprint <> digest)) THEN
+			IF idem_sql_frozen(tenant, endpoint, now) THEN
+				outcome := 'frozen';
+				RETURN;
+			END IF;
+			UPDATE idem_record x
+			   SET state = 'pending', retryable = false, status = NULL,
+				   body = NULL, headers = NULL, attempt = r.attempt + 1,
+				   fingerprint = CASE WHEN idem_sql_expired(r, now) OR r.fingerprint IS NULL
+									  THEN digest ELSE r.fingerprint END,
+				   created_at = CASE WHEN idem_sql_expired(r, now) THEN now ELSE r.created_at END,
+				   claimed_at = now, lease_expires_at = t.lease_expires_at,
+				   finished_at = NULL, expires_at = t.expires_at,
+				   trace = nullif(current_setting('idem.trace', true), '')
+			 WHERE x.tenant = idem_sql_decide_claim.tenant AND x.endpoint = idem_sql_decide_claim.endpoint
+			   AND x.key = idem_sql_decide_claim.key
+			RETURNING x.attempt, x.created_at, x.expires_at
+				 INTO attempt, created_at, expires_at;
+			outcome := 'claimed';
+			RETURN;
+		END IF;
+		outcome := CASE
+			WHEN r.fingerprint IS NOT NULL AND digest IS NOT NULL AND r.fingerprint <> digest THEN 'mismatch'
+			WHEN r.state <> 'pending' THEN 'replay'
+			WHEN r.lease_expires_at > now THEN 'in_progress'
+			ELSE 'unknown' END;
+		status := r.status; body := r.body; headers := r.headers;
+		attempt := r.attempt; created_at := r.created_at; expires_at := r.expires_at;
+		RETURN;
+	END LOOP;
+END
+$$;
+
+/* A claim's decision and its log line (idem.log_outcomes) */
+CREATE FUNCTION idem_sql_claim(role oid, tenant text, endpoint text, key text,
+							   digest bytea, wait boolean, lease interval,
+							   retention interval, wait_timeout interval,
+							   batch boolean,
+							   OUT outcome text, OUT status integer,
+							   OUT body bytea, OUT headers jsonb,
+							   OUT attempt integer,
+							   OUT created_at timestamptz,
+							   OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	c			record;
+BEGIN
+	c := idem_sql_decide_claim(role, tenant, endpoint, key, digest, wait, lease,
+							   retention, wait_timeout, batch);
+	outcome := c.outcome; status := c.status; body := c.body;
+	headers := c.headers; attempt := c.attempt; created_at := c.created_at;
+	expires_at := c.expires_at;
+	PERFORM idem_sql_log('claim', tenant, 'endpoint', endpoint, key,
+						 format('outcome=%s attempt=%s', outcome, attempt),
+						 outcome IN ('in_progress', 'mismatch', 'unknown', 'frozen'));
+END
+$$;
+
+/*
+ * One LOG line per decision, as src/decisions.c writes it:
+ *   idem claim: tenant="acme" endpoint="POST /v1/orders" key="k-42" outcome=replay attempt=1 trace="t-1"
+ * when idem.log_outcomes (of idem_setting) is on, or is conflicts and the
+ * decision tells of a duplicate or a conflict.  The quoted values are
+ * escaped so that no key can end its field or forge a line.
+ */
+CREATE FUNCTION idem_sql_log(decision text, tenant text, scope text,
+							 scope_value text, key text, fields text,
+							 conflict boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	mode		text := idem_sql_setting('idem.log_outcomes', 'off');
+BEGIN
+	IF mode = 'on' OR (mode = 'conflicts' AND conflict) THEN
+		RAISE LOG '%', format('idem %s: tenant=%s %s=%s key=%s %s trace=%s', decision,
+							  idem_sql_quote(tenant), scope, idem_sql_quote(scope_value),
+							  idem_sql_quote(key), fields,
+							  idem_sql_quote(coalesce(current_setting('idem.trace', true), '')));
+	END IF;
+END
+$$;
+
+/* "value", a backslash before a quote or a backslash, \n and \xNN for control characters */
+CREATE FUNCTION idem_sql_quote(value text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	out			text := replace(replace(replace(value, '\', '\\'), '"', '\"'), E'\n', '\n');
+	c			text;
+BEGIN
+	IF out ~ '[\x01-\x1f\x7f]' THEN
+		FOR c IN SELECT DISTINCT m[1] FROM regexp_matches(out, '([\x01-\x1f\x7f])', 'g') m LOOP
+			out := replace(out, c, format('\x%s', lpad(to_hex(ascii(c)), 2, '0')));
+		END LOOP;
+	END IF;
+	RETURN '"' || out || '"';
+END
+$$;
+
+/*
+ * What idem_claim would answer, without claiming (idem_replay): no row when
+ * a claim would execute
+ */
+CREATE FUNCTION idem_sql_replay(role oid, tenant text, endpoint text, key text,
+								digest bytea,
+								OUT outcome text, OUT status integer,
+								OUT body bytea, OUT headers jsonb,
+								OUT attempt integer,
+								OUT created_at timestamptz,
+								OUT expires_at timestamptz)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	now			timestamptz := clock_timestamp();
+	r			idem_record;
+BEGIN
+	PERFORM idem_sql_check_name('tenant', tenant);
+	PERFORM idem_sql_check_name('endpoint', endpoint);
+	PERFORM idem_sql_check_name('key', key);
+	PERFORM idem_sql_check_tenant(role, tenant);
+	IF (pg_is_in_recovery() OR EXISTS (SELECT FROM pg_subscription_rel sr
+										WHERE sr.srrelid = 'idem_record'::regclass))
+	   AND NOT idem_sql_guc('idem.standby_replay', 'off')::boolean THEN
+		RAISE EXCEPTION 'cannot call idem_replay() during recovery'
+			USING ERRCODE = 'read_only_sql_transaction',
+				  DETAIL = 'A standby''s records may lag the primary''s.',
+				  HINT = 'Ask the primary, or set idem.standby_replay to accept the lag.';
+	END IF;
+	SELECT * INTO r FROM idem_record x
+	 WHERE x.tenant = idem_sql_replay.tenant AND x.endpoint = idem_sql_replay.endpoint
+	   AND x.key = idem_sql_replay.key;
+	IF NOT FOUND OR idem_sql_expired(r, now) OR
+	   (r.state = 'failed' AND r.retryable AND
+		NOT (r.fingerprint IS NOT NULL AND digest IS NOT NULL AND r.fingerprint <> digest)) THEN
+		IF idem_sql_frozen(tenant, endpoint, now) THEN
+			outcome := 'frozen';
+			RETURN NEXT;
+		END IF;
+		RETURN;
+	END IF;
+	outcome := CASE
+		WHEN r.fingerprint IS NOT NULL AND digest IS NOT NULL AND r.fingerprint <> digest THEN 'mismatch'
+		WHEN r.state <> 'pending' THEN 'replay'
+		WHEN r.lease_expires_at > now THEN 'in_progress'
+		ELSE 'unknown' END;
+	status := r.status; body := r.body; headers := r.headers;
+	attempt := r.attempt; created_at := r.created_at; expires_at := r.expires_at;
+	RETURN NEXT;
+END
+$$;
+
+/*
+ * Finish the key's pending claim (the C edition's protocol_finish): how is
+ * complete, fail, fail_retryable or release.  False only for a release of a
+ * claim already released.
+ */
+CREATE FUNCTION idem_sql_finish(role oid, how text, tenant text,
+								endpoint text, key text, status integer,
+								body bytea, attempt integer, headers jsonb)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	function	text := CASE how WHEN 'complete' THEN 'idem_complete()'
+							 WHEN 'release' THEN 'idem_release()'
+							 ELSE 'idem_fail()' END;
+	limit_bytes	bigint := idem_sql_setting('idem.max_body_size', '1024')::bigint * 1024;
+	r			idem_record;
+	now			timestamptz;
+	why			text;
+BEGIN
+	PERFORM idem_sql_check_name('tenant', tenant);
+	PERFORM idem_sql_check_name('endpoint', endpoint);
+	PERFORM idem_sql_check_name('key', key);
+	IF how <> 'release' THEN
+		IF status IS NULL THEN
+			RAISE EXCEPTION 'status must not be null' USING ERRCODE = 'null_value_not_allowed';
+		END IF;
+		IF status NOT BETWEEN 100 AND 599 THEN
+			RAISE EXCEPTION 'status % is not an HTTP status code', status
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'An HTTP status code is between 100 and 599.';
+		END IF;
+		IF octet_length(body) > limit_bytes THEN
+			RAISE EXCEPTION 'response body of % bytes is larger than idem.max_body_size', octet_length(body)
+				USING ERRCODE = 'program_limit_exceeded',
+					  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
+		END IF;
+		IF coalesce(octet_length(body), 0) + coalesce(pg_column_size(headers), 0) > limit_bytes THEN
+			RAISE EXCEPTION 'response of % bytes (body) and % bytes (headers) is larger than idem.max_body_size',
+				coalesce(octet_length(body), 0), pg_column_size(headers)
+				USING ERRCODE = 'program_limit_exceeded',
+					  DETAIL = format('idem.max_body_size is %s bytes, and bounds the body and the headers together.', limit_bytes);
+		END IF;
+		PERFORM idem_sql_check_headers(headers);
+	END IF;
+	IF attempt IS NOT NULL AND attempt < 1 THEN
+		RAISE EXCEPTION 'attempt % is not a valid attempt number', attempt
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'Attempts are numbered from 1.';
+	END IF;
+	PERFORM idem_sql_check_tenant(role, tenant);
+	PERFORM idem_sql_require_primary(function);
+	SELECT * INTO r FROM idem_record x
+	 WHERE x.tenant = idem_sql_finish.tenant AND x.endpoint = idem_sql_finish.endpoint
+	   AND x.key = idem_sql_finish.key
+	   FOR UPDATE;
+	now := clock_timestamp();
+	IF NOT FOUND OR idem_sql_expired(r, now) THEN
+		why := 'The key has no live record.';
+	ELSIF attempt IS NOT NULL AND attempt <> r.attempt THEN
+		why := format('Attempt %s is not the key''s current attempt.', attempt);
+	ELSIF r.state <> 'pending' THEN
+		IF how = 'release' AND r.state = 'failed' AND r.retryable THEN
+			RETURN false;
+		END IF;
+		why := format('The record of attempt %s has %s.', r.attempt, r.state);
+	END IF;
+	IF why IS NOT NULL THEN
+		RAISE EXCEPTION '%: idem key "%" of endpoint "%" (tenant "%") has no matching pending claim',
+			function, key, endpoint, tenant
+			USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = why;
+	END IF;
+	UPDATE idem_record x
+	   SET state = CASE how WHEN 'complete' THEN 'succeeded' ELSE 'failed' END,
+		   retryable = how IN ('fail_retryable', 'release'),
+		   status = idem_sql_finish.status,
+		   body = idem_sql_finish.body,
+		   headers = idem_sql_finish.headers,
+		   finished_at = now
+	 WHERE x.tenant = idem_sql_finish.tenant AND x.endpoint = idem_sql_finish.endpoint
+	   AND x.key = idem_sql_finish.key;
+	RETURN true;
+END
+$$;
+
+/*
+ * Whether a freeze holds (tenant, endpoint) at now.  The SQL edition keeps
+ * no copy of idem_freeze in memory, and reads the table at each claim that
+ * would execute.
+ */
+CREATE FUNCTION idem_sql_frozen(tenant text, endpoint text, now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	RETURN EXISTS (SELECT FROM idem_freeze f
+					WHERE f.tenant = idem_sql_frozen.tenant
+					  AND (f.endpoint IS NULL OR f.endpoint = idem_sql_frozen.endpoint)
+					  AND (f.until IS NULL OR f.until > now));
+END
+$$;
+
+/* The digest the C edition stores for a fingerprint given as bytes, text or jsonb */
+CREATE FUNCTION idem_sql_digest(fingerprint bytea)
+RETURNS bytea
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT pg_catalog.sha256(fingerprint) $$;
+
+CREATE FUNCTION idem_sql_digest(fingerprint text)
+RETURNS bytea
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to(fingerprint, 'UTF8')) $$;
+
+CREATE FUNCTION idem_sql_digest(fingerprint jsonb)
+RETURNS bytea
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to(fingerprint::text, 'UTF8')) $$;
+
+/*
+ * An operator tool's worker may be called only by a caller that may call
+ * the tool: PostgreSQL checked EXECUTE on the tool for its current user
+ * (role), and the worker checks it for role and for the session's own role
+ * (the role of SET ROLE, or the session user), who called the worker
+ * directly if role is not truthful.
+ */
+CREATE FUNCTION idem_sql_check_tool(role oid, tool text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	own			oid := coalesce(CASE current_setting('role') WHEN 'none' THEN NULL
+									ELSE to_regrole(quote_ident(current_setting('role')))::oid END,
+								(SELECT oid FROM pg_roles WHERE rolname = session_user));
+	fn			regprocedure := to_regprocedure(tool);
+BEGIN
+	IF NOT has_function_privilege(role, fn, 'EXECUTE') OR
+	   NOT has_function_privilege(own, fn, 'EXECUTE') THEN
+		RAISE EXCEPTION 'permission denied for function %', split_part(tool, '(', 1)
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'In the SQL edition, an operator tool needs EXECUTE for the session''s role too.';
+	END IF;
+END
+$$;
+
+/* A tenant's records for idem_list, newest first */
+CREATE FUNCTION idem_sql_list(role oid, p_tenant text, p_endpoint text,
+							  max_rows integer)
+RETURNS SETOF idem_record
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	PERFORM idem_sql_check_tool(role, 'idem_list(text,text,boolean,integer)');
+	PERFORM idem_sql_check_name('tenant', p_tenant);
+	PERFORM idem_sql_check_tenant(role, p_tenant);
+	IF max_rows IS NULL OR max_rows < 1 THEN
+		RAISE EXCEPTION 'max_rows must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	RETURN QUERY
+		SELECT * FROM idem_record r
+		 WHERE r.tenant = p_tenant
+		   AND (p_endpoint IS NULL OR r.endpoint = p_endpoint)
+		 ORDER BY r.claimed_at DESC, r.endpoint, r.key
+		 LIMIT max_rows;
+END
+$$;
+
+/*
+ * The operator tools' workers: each checks that its caller may call the
+ * tool (idem_sql_check_tool) and the tenant binding, and runs as the role
+ * that installed idem.
+ */
+CREATE FUNCTION idem_sql_forget(role oid, p_tenant text, p_endpoint text,
+								p_key text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	PERFORM idem_sql_check_tool(role, 'idem_forget(text,text,text)');
+	PERFORM idem_sql_check_name('tenant', p_tenant);
+	PERFORM idem_sql_check_name('endpoint', p_endpoint);
+	PERFORM idem_sql_check_name('key', p_key);
+	PERFORM idem_sql_check_tenant(role, p_tenant);
+	PERFORM idem_sql_require_primary('idem_forget()');
+	DELETE FROM idem_record r
+	 WHERE r.tenant = p_tenant AND r.endpoint = p_endpoint AND r.key = p_key;
+	RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION idem_sql_freeze(role oid, p_tenant text, p_endpoint text,
+								p_reason text, p_until timestamptz,
+								thaw boolean)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	PERFORM idem_sql_check_tool(role, CASE WHEN thaw THEN 'idem_thaw(text,text)'
+										   ELSE 'idem_freeze(text,text,text,timestamptz)' END);
+	PERFORM idem_sql_check_name('tenant', p_tenant);
+	IF p_endpoint IS NOT NULL THEN
+		PERFORM idem_sql_check_name('endpoint', p_endpoint);
+	END IF;
+	PERFORM idem_sql_check_tenant(role, p_tenant);
+	IF thaw THEN
+		DELETE FROM idem_freeze f
+		 WHERE f.tenant = p_tenant AND f.endpoint IS NOT DISTINCT FROM p_endpoint;
+		RETURN FOUND;
+	END IF;
+	IF p_until <= clock_timestamp() THEN
+		RAISE EXCEPTION 'until must be in the future'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The until given was %s.', p_until);
+	END IF;
+	LOOP
+		UPDATE idem_freeze f SET reason = p_reason, until = p_until
+		 WHERE f.tenant = p_tenant AND f.endpoint IS NOT DISTINCT FROM p_endpoint;
+		IF FOUND THEN
+			RETURN false;
+		END IF;
+		INSERT INTO idem_freeze (tenant, endpoint, reason, until, frozen_at)
+		VALUES (p_tenant, p_endpoint, p_reason, p_until, now())
+		ON CONFLICT DO NOTHING;
+		IF FOUND THEN
+			RETURN true;
+		END IF;
+	END LOOP;
+END
+$$;
+
+/* The freeze that makes a claim of (tenant, endpoint) answer frozen now */
+CREATE FUNCTION idem_sql_frozen_row(role oid, p_tenant text, p_endpoint text)
+RETURNS TABLE (reason text, until timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	PERFORM idem_sql_check_name('tenant', p_tenant);
+	PERFORM idem_sql_check_name('endpoint', p_endpoint);
+	PERFORM idem_sql_check_tenant(role, p_tenant);
+	RETURN QUERY
+		SELECT f.reason, f.until FROM idem_freeze f
+		 WHERE f.tenant = p_tenant
+		   AND (f.endpoint IS NULL OR f.endpoint = p_endpoint)
+		   AND (f.until IS NULL OR f.until > clock_timestamp())
+		 ORDER BY f.endpoint NULLS LAST
+		 LIMIT 1;
+END
+$$;
+
+CREATE FUNCTION idem_sql_pause(role oid, p_topic text, p_tenant text,
+							   resume boolean)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	PERFORM idem_sql_check_tool(role, CASE WHEN resume THEN 'idem_resume(text,text)'
+										   ELSE 'idem_pause(text,text)' END);
+	PERFORM idem_sql_check_name('topic', p_topic);
+	IF p_tenant IS NOT NULL THEN
+		PERFORM idem_sql_check_name('tenant', p_tenant);
+		PERFORM idem_sql_check_tenant(role, p_tenant);
+	ELSE
+		/* NULL is every tenant, or a bound call's own */
+		p_tenant := idem_sql_bound_tenant(role);
+	END IF;
+	IF resume THEN
+		DELETE FROM idem_pause p
+		 WHERE p.topic = p_topic AND p.tenant IS NOT DISTINCT FROM p_tenant;
+	ELSE
+		INSERT INTO idem_pause (topic, tenant, paused_at)
+		VALUES (p_topic, p_tenant, now())
+		ON CONFLICT DO NOTHING;
+	END IF;
+	RETURN FOUND;
+END
+$$;
+
+/*
+ * A task's budget (idem_budget) or a spend of it (idem_spend; attempts is
+ * then n), as src/budget.c says: the primary key decides between two
+ * creations, one UPDATE whose WHERE clause holds the total decides between
+ * spends.
+ */
+CREATE FUNCTION idem_sql_budget(role oid, p_tenant text, p_task text,
+								attempts integer, ttl interval, spend boolean)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	now			timestamptz := clock_timestamp();
+	b			record;
+	what		text := CASE WHEN spend THEN 'n' ELSE 'attempts' END;
+BEGIN
+	PERFORM idem_sql_check_name('tenant', p_tenant);
+	PERFORM idem_sql_check_name('task', p_task);
+	IF attempts IS NULL THEN
+		RAISE EXCEPTION '% must not be null', what USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF attempts < 1 THEN
+		RAISE EXCEPTION '% must be at least 1', what
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The %s given was %s.', what, attempts);
+	END IF;
+	PERFORM idem_sql_check_tenant(role, p_tenant);
+	PERFORM idem_sql_require_primary(CASE WHEN spend THEN 'idem_spend()' ELSE 'idem_budget()' END);
+	IF spend THEN
+		UPDATE idem_budget x SET spent = x.spent + attempts
+		 WHERE x.tenant = p_tenant AND x.task = p_task AND x.expires_at > now
+		   AND x.spent <= x.total - attempts
+		RETURNING * INTO b;
+		IF FOUND THEN
+			RETURN b.total - b.spent;
+		END IF;
+		SELECT * INTO b FROM idem_budget x
+		 WHERE x.tenant = p_tenant AND x.task = p_task AND x.expires_at > now;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'idem budget of task "%" does not exist', p_task
+				USING ERRCODE = 'undefined_object',
+					  DETAIL = format('It was never created for tenant "%s", or it expired.', p_tenant),
+					  HINT = 'Create it with idem_budget().';
+		END IF;
+		RAISE EXCEPTION 'idem budget of task "%" cannot cover % more attempt%', p_task,
+			attempts, CASE WHEN attempts = 1 THEN '' ELSE 's' END
+			USING ERRCODE = 'IB001',
+				  DETAIL = format('It has spent %s of its %s attempts.', b.spent, b.total),
+				  HINT = 'Stop retrying the task, and report it.';
+	END IF;
+	IF ttl IS NULL THEN
+		RAISE EXCEPTION 'ttl must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF now + ttl <= now THEN
+		RAISE EXCEPTION 'ttl must be positive' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	INSERT INTO idem_budget AS x (tenant, task, total, spent, created_at, expires_at)
+	VALUES (p_tenant, p_task, attempts, 0, now, now + ttl)
+	ON CONFLICT (tenant, task) DO UPDATE
+		SET total = excluded.total, spent = 0, created_at = excluded.created_at,
+			expires_at = excluded.expires_at
+		WHERE x.expires_at <= excluded.created_at
+	RETURNING * INTO b;
+	IF NOT FOUND THEN
+		SELECT * INTO b FROM idem_budget x WHERE x.tenant = p_tenant AND x.task = p_task;
+	END IF;
+	IF b.total <> attempts THEN
+		RAISE EXCEPTION 'idem budget of task "%" has % attempts, not %', p_task, b.total, attempts
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A task''s budget is created once; every layer asks for the same total.';
+	END IF;
+	RETURN b.total - b.spent;
+END
+$$;
+
+/* One request under several keys (idem_suspects): see src/record.c */
+CREATE FUNCTION idem_sql_suspects(role oid, since interval, within interval)
+RETURNS TABLE (tenant text, endpoint text, fingerprint bytea, keys text[],
+			   first_at timestamptz, last_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	bound		text;
+BEGIN
+	PERFORM idem_sql_check_tool(role, 'idem_suspects(interval,interval)');
+	bound := idem_sql_bound_tenant(role);
+	IF since IS NULL OR within IS NULL THEN
+		RAISE EXCEPTION '% must not be null', CASE WHEN since IS NULL THEN 'since' ELSE 'within' END
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	RETURN QUERY
+	WITH r AS (
+		SELECT r.tenant, r.endpoint, r.fingerprint, r.key, r.created_at,
+			   r.created_at - lag(r.created_at) OVER w AS gap
+		  FROM idem_record r
+		 WHERE r.created_at >= clock_timestamp() - since
+		   AND r.expires_at > clock_timestamp()
+		   AND r.fingerprint IS NOT NULL
+		   AND (bound IS NULL OR r.tenant = bound)
+		WINDOW w AS (PARTITION BY r.tenant, r.endpoint, r.fingerprint ORDER BY r.created_at, r.key)
+	), g AS (
+		SELECT r.*, count(*) FILTER (WHERE r.gap IS NULL OR r.gap > within)
+					OVER (PARTITION BY r.tenant, r.endpoint, r.fingerprint
+						  ORDER BY r.created_at, r.key) AS grp
+		  FROM r
+	)
+	SELECT g.tenant, g.endpoint, g.fingerprint,
+		   array_agg(g.key ORDER BY g.created_at, g.key),
+		   min(g.created_at), max(g.created_at)
+	  FROM g
+	 GROUP BY g.tenant, g.endpoint, g.fingerprint, g.grp
+	HAVING count(*) > 1
+	 ORDER BY min(g.created_at), g.tenant, g.endpoint;
+END
+$$;
+
+/*
+ * The checks of an array argument of a batch (src/args.c's): not NULL
+ * (unless optional, when NULL is "none given"), one dimension, no NULL
+ * element unless allowed, and as many elements as keys (nkeys NULL: this is
+ * keys).  Returns its number of elements.
+ */
+CREATE FUNCTION idem_sql_check_array(name text, arr anyarray, nkeys integer,
+									 optional boolean, null_elements boolean)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	n			integer := coalesce(cardinality(arr), 0);
+BEGIN
+	IF arr IS NULL THEN
+		IF optional THEN
+			RETURN NULL;
+		END IF;
+		RAISE EXCEPTION '% must not be null', name USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF array_ndims(arr) > 1 THEN
+		RAISE EXCEPTION '% must be a one-dimensional array', name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The array given has %s dimensions.', array_ndims(arr));
+	END IF;
+	IF NOT null_elements AND array_position(arr, NULL) IS NOT NULL THEN
+		RAISE EXCEPTION '% must not contain nulls', name USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF nkeys IS NOT NULL AND n <> nkeys THEN
+		RAISE EXCEPTION '% must have as many elements as keys', name
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('keys has %s elements, %s has %s.', nkeys, name, n);
+	END IF;
+	RETURN n;
+END
+$$;
+
+/*
+ * A batch of claims (idem_claim_many): each element what idem_claim would
+ * answer, in order, without waiting and without a lock per key
+ */
+CREATE FUNCTION idem_sql_claim_many(role oid, p_tenant text, p_endpoint text,
+									p_keys text[], digests bytea[],
+									p_lease interval, p_retention interval)
+RETURNS TABLE (key text, outcome text, status integer, body bytea,
+			   headers jsonb, attempt integer, created_at timestamptz,
+			   expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
+	c			record;
+BEGIN
+	PERFORM idem_sql_check_array('fingerprints', digests, n, true, true);
+	PERFORM idem_sql_check_name('key', k) FROM unnest(p_keys) k;
+	FOR i IN 1 .. n LOOP
+		c := idem_sql_claim(role, p_tenant, p_endpoint, p_keys[i], digests[i],
+							false, p_lease, p_retention, NULL, true);
+		key := p_keys[i];
+		outcome := c.outcome; status := c.status; body := c.body;
+		headers := c.headers; attempt := c.attempt;
+		created_at := c.created_at; expires_at := c.expires_at;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+
+/* A batch of finishes (idem_complete_many, idem_fail_many): how many */
+CREATE FUNCTION idem_sql_finish_many(role oid, how text, p_tenant text,
+									 p_endpoint text, p_keys text[],
+									 statuses integer[], bodies bytea[],
+									 attempts integer[], p_headers jsonb[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
+BEGIN
+	PERFORM idem_sql_check_array('statuses', statuses, n, false, false);
+	PERFORM idem_sql_check_array('bodies', bodies, n, false, true);
+	PERFORM idem_sql_check_array('attempts', attempts, n, true, true);
+	PERFORM idem_sql_check_array('headers', p_headers, n, true, true);
+	PERFORM idem_sql_check_name('key', k) FROM unnest(p_keys) k;
+	FOR i IN 1 .. n LOOP
+		PERFORM idem_sql_finish(role, how, p_tenant, p_endpoint, p_keys[i],
+								statuses[i], bodies[i], attempts[i],
+								p_headers[i]);
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+/* Every worker checks its own arguments and the roles: any role may call them */
+REVOKE ALL ON FUNCTION idem_sql_setting(text, text) FROM PUBLIC;
+--@ end
+
+--@ before CREATE FUNCTION idem_enqueue\(tenant text, topic text, key text,\s+payload bytea
+/* ---- The outbox ---- */
+
+/*
+ * The state a reader is shown of a message: a leased message whose lease
+ * ran out is what the next take will leave it (src/outbox.c)
+ */
+CREATE FUNCTION idem_sql_shown_state(m idem_outbox, now timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+	SELECT CASE WHEN m.state = 'leased' AND m.lease_expires_at <= now
+				THEN CASE WHEN NOT m.redeliver THEN 'unknown'
+						  WHEN m.attempt - m.attempt_base >= m.max_attempts THEN 'dead'
+						  ELSE 'queued' END
+				ELSE m.state END
+$$;
+
+/*
+ * The advisory lock of an ordering key (see the head of this file): an
+ * enqueue holds it shared until it commits, so that a take, which asks for
+ * it exclusively and does not wait, leaves a later message of the ordering
+ * key while an earlier one may still be committing.  A transaction takes at
+ * most idem_sql_claim_locks() advisory locks of idem's, claims' and these
+ * together; past them an enqueue takes none, and a take leases no further
+ * message with an ordering key (the next take does).
+ */
+CREATE FUNCTION idem_sql_order_lock(tenant text, topic text,
+									ordering_key text, exclusive boolean)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	taken		integer := coalesce(nullif(current_setting('idem.sql_claim_locks', true), ''), '0')::integer;
+	class		integer := ('idem_outbox'::regclass::oid::bigint - 2147483648)::integer;
+	id			integer := hashtext(tenant || chr(1) || topic || chr(1) || ordering_key);
+BEGIN
+	IF taken >= idem_sql_claim_locks() THEN
+		RETURN NOT exclusive;
+	END IF;
+	IF exclusive THEN
+		IF NOT pg_try_advisory_xact_lock(class, id) THEN
+			RETURN false;
+		END IF;
+	ELSE
+		PERFORM pg_advisory_xact_lock_shared(class, id);
+	END IF;
+	PERFORM set_config('idem.sql_claim_locks', (taken + 1)::text, true);
+	RETURN true;
+END
+$$;
+
+/* idem.outbox_retention, checked where an enqueue fixes it */
+CREATE FUNCTION idem_sql_outbox_retention()
+RETURNS interval
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	keep		interval := idem_sql_guc('idem.outbox_retention', '7d')::interval;
+	retry_window interval := idem_sql_guc('idem.retry_window', '1h')::interval;
+	max_keep	interval := idem_sql_setting('idem.max_retention', '0')::interval;
+BEGIN
+	IF keep <= retry_window THEN
+		RAISE EXCEPTION 'idem.outbox_retention (%) must be longer than idem.retry_window (%)',
+			keep, retry_window
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A business transaction retried after its message was purged would send it again.';
+	END IF;
+	IF max_keep > '0' AND keep > max_keep THEN
+		RAISE EXCEPTION 'retention % is longer than idem.max_retention (%)', keep, max_keep
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'The setting idem.outbox_retention asks for it.',
+				  HINT = 'Ask for a shorter retention, or have the role that installed idem raise idem.max_retention.';
+	END IF;
+	RETURN keep;
+END
+$$;
+
+/*
+ * Write an outbound message unless its key exists (idem_enqueue): the
+ * unique index decides between two enqueues, and the payload between
+ * duplicate and mismatch
+ */
+CREATE FUNCTION idem_sql_enqueue(role oid, p_tenant text, p_topic text,
+								 p_key text, p_payload bytea, p_headers jsonb,
+								 p_not_before timestamptz,
+								 p_ordering_key text, p_max_attempts integer,
+								 p_redeliver boolean,
+								 OUT outcome text, OUT id bigint,
+								 OUT state text, OUT created_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	now			timestamptz := clock_timestamp();
+	limit_bytes	bigint := idem_sql_setting('idem.max_body_size', '1024')::bigint * 1024;
+	max_attempts integer := coalesce(p_max_attempts,
+									 idem_sql_guc('idem.outbox_max_attempts', '10')::integer);
+	m			idem_outbox;
+BEGIN
+	PERFORM idem_sql_check_name('tenant', p_tenant);
+	PERFORM idem_sql_check_name('topic', p_topic);
+	PERFORM idem_sql_check_name('key', p_key);
+	IF p_payload IS NULL THEN
+		RAISE EXCEPTION 'payload must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF octet_length(p_payload) > limit_bytes THEN
+		RAISE EXCEPTION 'payload of % bytes is larger than idem.max_body_size', octet_length(p_payload)
+			USING ERRCODE = 'program_limit_exceeded',
+				  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
+	END IF;
+	PERFORM idem_sql_check_headers(p_headers);
+	IF p_not_before IS NOT NULL AND NOT isfinite(p_not_before) THEN
+		RAISE EXCEPTION 'not_before must be a finite time' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF p_ordering_key IS NOT NULL THEN
+		PERFORM idem_sql_check_name('ordering_key', p_ordering_key);
+	END IF;
+	IF max_attempts < 1 THEN
+		RAISE EXCEPTION 'max_attempts must be at least 1'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The max_attempts given was %s.', max_attempts);
+	END IF;
+	IF p_redeliver IS NULL THEN
+		RAISE EXCEPTION 'redeliver must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM idem_sql_check_tenant(role, p_tenant);
+	PERFORM idem_sql_require_primary_of('idem_enqueue()', 'idem_outbox');
+	IF p_ordering_key IS NOT NULL THEN
+		PERFORM idem_sql_order_lock(p_tenant, p_topic, p_ordering_key, false);
+	END IF;
+	INSERT INTO idem_outbox AS o (id, tenant, topic, key, state, payload, headers,
+								  ordering_key, redeliver, max_attempts, attempt,
+								  attempt_base, not_before, created_at,
+								  expires_at, trace)
+	VALUES (nextval('idem_outbox_id_seq'), p_tenant, p_topic, p_key, 'queued',
+			p_payload, p_headers, p_ordering_key, p_redeliver, max_attempts, 0, 0,
+			coalesce(p_not_before, now), now, now + idem_sql_outbox_retention(),
+			nullif(current_setting('idem.trace', true), ''))
+	ON CONFLICT (tenant, topic, key) DO NOTHING
+	RETURNING o.id INTO id;
+	IF FOUND THEN
+		outcome := 'enqueued';
+		state := 'queued';
+		created_at := now;
+		PERFORM pg_notify('idem_outbox', p_topic);
+		PERFORM idem_sql_log('enqueue', p_tenant, 'topic', p_topic, p_key,
+							 format('outcome=%s id=%s attempt=0', outcome, id), false);
+		RETURN;
+	END IF;
+	SELECT * INTO m FROM idem_outbox o
+	 WHERE o.tenant = p_tenant AND o.topic = p_topic AND o.key = p_key;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'could not serialize access due to concurrent enqueue of idem key "%" of topic "%"',
+			p_key, p_topic
+			USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
+	END IF;
+	outcome := CASE WHEN m.payload = p_payload THEN 'duplicate' ELSE 'mismatch' END;
+	id := m.id;
+	state := idem_sql_shown_state(m, now);
+	created_at := m.created_at;
+	PERFORM idem_sql_log('enqueue', p_tenant, 'topic', p_topic, p_key,
+						 format('outcome=%s id=%s attempt=%s', outcome, id, m.attempt),
+						 outcome = 'mismatch');
+END
+$$;
+
+/* Lease up to max_messages due messages of a topic (idem_take) */
+CREATE FUNCTION idem_sql_take(role oid, p_topic text, max_messages integer,
+							  p_lease interval, p_tenant text)
+RETURNS TABLE (id bigint, tenant text, topic text, key text, payload bytea,
+			   headers jsonb, attempt integer, lease_expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	now			timestamptz := clock_timestamp();
+	lease_end	timestamptz;
+	own			text := pg_current_xact_id_if_assigned()::text;
+	taken		integer := 0;
+	s			text;
+	m			idem_outbox;
+	c			refcursor;
+BEGIN
+	PERFORM idem_sql_check_name('topic', p_topic);
+	IF max_messages IS NULL THEN
+		RAISE EXCEPTION 'max_messages must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF max_messages NOT BETWEEN 1 AND 10000 THEN
+		RAISE EXCEPTION 'max_messages % is out of range', max_messages
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'max_messages must be between 1 and 10000.';
+	END IF;
+	IF p_tenant IS NOT NULL THEN
+		PERFORM idem_sql_check_name('tenant', p_tenant);
+		PERFORM idem_sql_check_tenant(role, p_tenant);
+	ELSE
+		p_tenant := idem_sql_bound_tenant(role);
+	END IF;
+	PERFORM idem_sql_require_primary_of('idem_take()', 'idem_outbox');
+	lease_end := (idem_sql_claim_times(now, p_lease, NULL)).lease_expires_at;
+	OPEN c FOR
+		SELECT o.* FROM idem_outbox o
+		 WHERE o.topic = p_topic AND o.state IN ('queued', 'leased')
+		   AND o.not_before <= now
+		   AND (p_tenant IS NULL OR o.tenant = p_tenant)
+		   AND NOT EXISTS (SELECT FROM idem_pause p
+							WHERE p.topic = o.topic
+							  AND (p.tenant IS NULL OR p.tenant = o.tenant))
+		   AND (own IS NULL OR o.xmin::text <> own)
+		 ORDER BY o.not_before, o.id
+		   FOR UPDATE SKIP LOCKED;
+	WHILE taken < max_messages LOOP
+		FETCH c INTO m;
+		EXIT WHEN NOT FOUND;
+		now := clock_timestamp();
+		IF m.state NOT IN ('queued', 'leased') OR m.not_before > now THEN
+			CONTINUE;
+		END IF;
+		IF m.state = 'leased' THEN
+			s := idem_sql_shown_state(m, now);
+			IF s = 'unknown' THEN
+				UPDATE idem_outbox o SET state = 'unknown' WHERE o.id = m.id;
+				PERFORM idem_sql_log('take', m.tenant, 'topic', m.topic, m.key,
+									 format('outcome=unknown id=%s attempt=%s', m.id, m.attempt), true);
+				CONTINUE;
+			ELSIF s = 'dead' THEN
+				UPDATE idem_outbox o
+				   SET state = 'dead', last_error = 'the last attempt''s lease ran out',
+					   finished_at = now,
+					   expires_at = now + coalesce(o.expires_at - o.created_at,
+												   idem_sql_outbox_retention())
+				 WHERE o.id = m.id;
+				PERFORM idem_sql_log('take', m.tenant, 'topic', m.topic, m.key,
+									 format('outcome=dead id=%s attempt=%s', m.id, m.attempt), false);
+				CONTINUE;
+			END IF;
+		END IF;
+		IF m.ordering_key IS NOT NULL AND
+		   (NOT idem_sql_order_lock(m.tenant, m.topic, m.ordering_key, true) OR
+			EXISTS (SELECT FROM idem_outbox e
+					 WHERE e.tenant = m.tenant AND e.topic = m.topic
+					   AND e.ordering_key = m.ordering_key AND e.id < m.id
+					   AND e.state IN ('queued', 'leased', 'unknown'))) THEN
+			CONTINUE;
+		END IF;
+		UPDATE idem_outbox o
+		   SET state = 'leased', attempt = m.attempt + 1,
+			   lease_expires_at = lease_end, not_before = lease_end
+		 WHERE o.id = m.id;
+		id := m.id; tenant := m.tenant; topic := m.topic; key := m.key;
+		payload := m.payload; headers := m.headers; attempt := m.attempt + 1;
+		lease_expires_at := lease_end;
+		taken := taken + 1;
+		PERFORM idem_sql_log('take', m.tenant, 'topic', m.topic, m.key,
+							 format('outcome=leased id=%s attempt=%s', m.id, m.attempt + 1), false);
+		RETURN NEXT;
+	END LOOP;
+	CLOSE c;
+	/* the dispatcher calls out once the take commits: make that durable */
+	IF taken > 0 THEN
+		PERFORM set_config('synchronous_commit', 'on', true);
+	END IF;
+END
+$$;
+
+/*
+ * Finish a message's lease (idem_delivered, idem_retry, idem_dead) or queue
+ * it again (idem_requeue); the state it is left in.  The binding is the
+ * caller's, checked before anything else is said of the message.
+ */
+CREATE FUNCTION idem_sql_finish_message(role oid, how text, p_id bigint,
+										p_attempt integer, p_status integer,
+										p_body bytea, p_error text,
+										p_after interval)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	function	text := format('idem_%s()', how);
+	limit_bytes	bigint := idem_sql_setting('idem.max_body_size', '1024')::bigint * 1024;
+	now			timestamptz;
+	m			idem_outbox;
+	s			text;
+	keep		interval;
+BEGIN
+	IF how = 'requeue' THEN
+		PERFORM idem_sql_check_tool(role, 'idem_requeue(bigint)');
+	END IF;
+	IF p_id IS NULL THEN
+		RAISE EXCEPTION 'id must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF how <> 'requeue' THEN
+		IF p_attempt IS NULL THEN
+			RAISE EXCEPTION 'attempt must not be null' USING ERRCODE = 'null_value_not_allowed';
+		END IF;
+		IF p_attempt < 1 THEN
+			RAISE EXCEPTION 'attempt % is not a valid attempt number', p_attempt
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'Attempts are numbered from 1.';
+		END IF;
+	END IF;
+	IF p_status IS NOT NULL AND p_status NOT BETWEEN 100 AND 599 THEN
+		RAISE EXCEPTION 'status % is not an HTTP status code', p_status
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'An HTTP status code is between 100 and 599.';
+	END IF;
+	IF octet_length(p_body) > limit_bytes THEN
+		RAISE EXCEPTION 'body of % bytes is larger than idem.max_body_size', octet_length(p_body)
+			USING ERRCODE = 'program_limit_exceeded',
+				  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
+	END IF;
+	IF octet_length(p_error) > limit_bytes THEN
+		RAISE EXCEPTION 'error of % bytes is larger than idem.max_body_size', octet_length(p_error)
+			USING ERRCODE = 'program_limit_exceeded',
+				  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
+	END IF;
+	IF p_after IS NOT NULL AND (NOT isfinite(p_after) OR p_after < '0') THEN
+		RAISE EXCEPTION 'after % is not a delay', p_after
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A retry''s after must be finite and not negative.';
+	END IF;
+	PERFORM idem_sql_require_primary_of(function, 'idem_outbox');
+	SELECT * INTO m FROM idem_outbox o WHERE o.id = p_id FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION '%: outbox message % does not exist', function, p_id
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	PERFORM idem_sql_check_tenant(role, m.tenant);
+	now := clock_timestamp();
+	s := idem_sql_shown_state(m, now);
+	keep := coalesce(m.expires_at - m.created_at, idem_sql_outbox_retention());
+	IF how = 'requeue' THEN
+		IF s NOT IN ('dead', 'unknown') THEN
+			RAISE EXCEPTION 'idem_requeue(): outbox message % is %', p_id, s
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  DETAIL = 'Only a dead or unknown message can be queued again.';
+		END IF;
+		UPDATE idem_outbox o
+		   SET state = 'queued', attempt_base = m.attempt, not_before = now,
+			   finished_at = NULL,
+			   expires_at = CASE WHEN m.expires_at IS NULL THEN NULL
+								 ELSE m.created_at + (m.expires_at - coalesce(m.finished_at, m.created_at)) END
+		 WHERE o.id = p_id;
+		PERFORM pg_notify('idem_outbox', m.topic);
+		RETURN 'queued';
+	END IF;
+	IF m.attempt <> p_attempt OR m.attempt = 0 OR
+	   NOT (s = 'leased' OR (how = 'delivered' AND s = 'unknown')) THEN
+		RAISE EXCEPTION '%: attempt % of outbox message % is not its live lease',
+			function, p_attempt, p_id
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = CASE WHEN m.state = 'leased' AND s <> 'leased'
+								THEN format('The lease of attempt %s ran out; the message is %s.', m.attempt, s)
+								ELSE format('The message is %s at attempt %s.', s, m.attempt) END;
+	END IF;
+	IF how = 'retry' AND m.attempt - m.attempt_base < m.max_attempts THEN
+		UPDATE idem_outbox o
+		   SET state = 'queued', last_error = p_error,
+			   not_before = now + coalesce(p_after, idem_sql_backoff(m.attempt - m.attempt_base))
+		 WHERE o.id = p_id;
+		PERFORM idem_sql_log(how, m.tenant, 'topic', m.topic, m.key,
+							 format('outcome=queued id=%s attempt=%s', m.id, m.attempt), false);
+		RETURN 'queued';
+	END IF;
+	PERFORM idem_sql_log(how, m.tenant, 'topic', m.topic, m.key,
+						 format('outcome=%s id=%s attempt=%s',
+								CASE how WHEN 'delivered' THEN 'delivered' ELSE 'dead' END,
+								m.id, m.attempt), false);
+	UPDATE idem_outbox o
+	   SET state = CASE how WHEN 'delivered' THEN 'delivered' ELSE 'dead' END,
+		   last_error = coalesce(p_error, o.last_error),
+		   status = coalesce(p_status, o.status),
+		   body = coalesce(p_body, o.body),
+		   finished_at = now, expires_at = now + keep
+	 WHERE o.id = p_id;
+	RETURN CASE how WHEN 'delivered' THEN 'delivered' ELSE 'dead' END;
+END
+$$;
+
+/*
+ * The backoff after the n-th failed attempt of a run: idem.outbox_backoff
+ * doubled for each earlier failure, at most idem.outbox_backoff_max, then
+ * between half of that and all of it ("equal jitter")
+ */
+CREATE FUNCTION idem_sql_backoff(n integer)
+RETURNS interval
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+	SELECT d / 2 + random() * d / 2
+	  FROM (SELECT least(idem_sql_guc('idem.outbox_backoff', '1s')::interval
+						 * power(2, least(greatest(n - 1, 0), 40)),
+						 idem_sql_guc('idem.outbox_backoff_max', '1h')::interval) AS d) b
+$$;
+
+/* A message's state and the receiver's answer (idem_message) */
+CREATE FUNCTION idem_sql_message(role oid, p_tenant text, p_topic text,
+								 p_key text)
+RETURNS TABLE (id bigint, state text, attempt integer,
+			   not_before timestamptz, last_error text, status integer,
+			   body bytea, created_at timestamptz, finished_at timestamptz,
+			   expires_at timestamptz, trace text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	PERFORM idem_sql_check_name('tenant', p_tenant);
+	PERFORM idem_sql_check_name('topic', p_topic);
+	PERFORM idem_sql_check_name('key', p_key);
+	PERFORM idem_sql_check_tenant(role, p_tenant);
+	RETURN QUERY
+		SELECT o.id, idem_sql_shown_state(o, clock_timestamp()), o.attempt,
+			   o.not_before, o.last_error, o.status, o.body, o.created_at,
+			   o.finished_at, o.expires_at, o.trace
+		  FROM idem_outbox o
+		 WHERE o.tenant = p_tenant AND o.topic = p_topic AND o.key = p_key;
+END
+$$;
+
+/* Headers as the contract has them: an object of strings or arrays of strings */
+CREATE FUNCTION idem_sql_check_headers(headers jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF headers IS NOT NULL AND (jsonb_typeof(headers) <> 'object' OR EXISTS (
+			SELECT FROM jsonb_each(headers) h
+			 WHERE jsonb_typeof(h.value) NOT IN ('string', 'array')
+				OR (jsonb_typeof(h.value) = 'array' AND EXISTS (
+					SELECT FROM jsonb_array_elements(h.value) e
+					 WHERE jsonb_typeof(e) <> 'string')))) THEN
+		RAISE EXCEPTION 'headers must be a JSON object of header names to strings or arrays of strings'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+END
+$$;
+--@ end
+
+--@ body idem_tenant() LANGUAGE sql
+	SELECT idem_sql_bound_tenant(current_user::regrole::oid)
+--@ end
+
+--@ body idem_bind(regrole, text) LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	PERFORM idem_sql_check_name('tenant', tenant);
+	IF role IS NULL THEN
+		RAISE EXCEPTION 'role must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	INSERT INTO idem_binding AS b (role, tenant) VALUES (role, tenant)
+	ON CONFLICT ON CONSTRAINT idem_binding_pkey DO UPDATE SET tenant = excluded.tenant;
+END
+--@ end
+
+--@ body idem_unbind(regrole) LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	DELETE FROM idem_binding b WHERE b.role = idem_unbind.role;
+	RETURN FOUND;
+END
+--@ end
+
+--@ body idem_claim(text, text, text, bytea, boolean, interval, interval, interval) LANGUAGE sql
+	SELECT * FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
+								 idem_sql_digest(fingerprint), wait, lease,
+								 retention, wait_timeout, false)
+--@ end
+
+--@ body idem_claim(text, text, text, text, boolean, interval, interval, interval) LANGUAGE sql
+	SELECT * FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
+								 idem_sql_digest(fingerprint), wait, lease,
+								 retention, wait_timeout, false)
+--@ end
+
+--@ body idem_claim(text, text, text, jsonb, boolean, interval, interval, interval) LANGUAGE sql
+	SELECT * FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
+								 idem_sql_digest(fingerprint), wait, lease,
+								 retention, wait_timeout, false)
+--@ end
+
+--@ body idem_replay(text, text, text, bytea) LANGUAGE sql
+	SELECT * FROM idem_sql_replay(current_user::regrole::oid, tenant, endpoint,
+								  key, idem_sql_digest(fingerprint))
+--@ end
+
+--@ body idem_replay(text, text, text, text) LANGUAGE sql
+	SELECT * FROM idem_sql_replay(current_user::regrole::oid, tenant, endpoint,
+								  key, idem_sql_digest(fingerprint))
+--@ end
+
+--@ body idem_replay(text, text, text, jsonb) LANGUAGE sql
+	SELECT * FROM idem_sql_replay(current_user::regrole::oid, tenant, endpoint,
+								  key, idem_sql_digest(fingerprint))
+--@ end
+
+--@ body idem_complete(text, text, text, integer, bytea, integer, jsonb) LANGUAGE sql
+	SELECT FROM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
+								endpoint, key, status, body, attempt, headers)
+--@ end
+
+--@ body idem_complete(text, text, text, integer, text, integer, jsonb) LANGUAGE sql
+	SELECT FROM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
+								endpoint, key, status,
+								convert_to(body, getdatabaseencoding()),
+								attempt, headers)
+--@ end
+
+--@ body idem_complete(text, text, text, integer, jsonb, integer, jsonb) LANGUAGE sql
+	SELECT FROM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
+								endpoint, key, status,
+								convert_to(body::text, getdatabaseencoding()),
+								attempt, headers)
+--@ end
+
+--@ body idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) LANGUAGE sql
+	SELECT FROM idem_sql_finish(current_user::regrole::oid,
+								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
+								tenant, endpoint, key, status, body, attempt,
+								headers)
+--@ end
+
+--@ body idem_fail(text, text, text, integer, text, boolean, integer, jsonb) LANGUAGE sql
+	SELECT FROM idem_sql_finish(current_user::regrole::oid,
+								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
+								tenant, endpoint, key, status,
+								convert_to(body, getdatabaseencoding()),
+								attempt, headers)
+--@ end
+
+--@ body idem_fail(text, text, text, integer, jsonb, boolean, integer, jsonb) LANGUAGE sql
+	SELECT FROM idem_sql_finish(current_user::regrole::oid,
+								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
+								tenant, endpoint, key, status,
+								convert_to(body::text, getdatabaseencoding()),
+								attempt, headers)
+--@ end
+
+--@ body idem_release(text, text, text, integer) LANGUAGE sql
+	SELECT idem_sql_finish(current_user::regrole::oid, 'release', tenant,
+						   endpoint, key, NULL, NULL, attempt, NULL)
+--@ end
+
+--@ body idem_purge() LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, @extschema@, pg_temp
+/*
+ * Expired records, a batch at a time, skipping any that another
+ * transaction has locked (it will be purged next time): a purge never
+ * waits for another transaction.  A pending claim whose lease runs is
+ * never purged.
+ */
+DECLARE
+	total		bigint := 0;
+	n			bigint;
+	now			timestamptz;
+BEGIN
+	PERFORM idem_sql_require_primary('idem_purge()');
+	LOOP
+		now := clock_timestamp();
+		DELETE FROM idem_record r
+		 WHERE r.ctid = ANY (ARRAY(
+				SELECT x.ctid FROM idem_record x
+				 WHERE x.expires_at <= now
+				   AND NOT (x.state = 'pending' AND x.lease_expires_at > now)
+				 LIMIT 10000
+				   FOR UPDATE SKIP LOCKED));
+		GET DIAGNOSTICS n = ROW_COUNT;
+		total := total + n;
+		EXIT WHEN n < 10000;
+	END LOOP;
+	LOOP
+		now := clock_timestamp();
+		DELETE FROM idem_outbox o
+		 WHERE o.ctid = ANY (ARRAY(
+				SELECT x.ctid FROM idem_outbox x
+				 WHERE x.state IN ('delivered', 'dead') AND x.expires_at <= now
+				 LIMIT 10000
+				   FOR UPDATE SKIP LOCKED));
+		GET DIAGNOSTICS n = ROW_COUNT;
+		EXIT WHEN n < 10000;
+	END LOOP;
+	DELETE FROM idem_budget b
+	 WHERE b.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM idem_budget x WHERE x.expires_at <= now
+			   FOR UPDATE SKIP LOCKED));
+	RETURN total;
+END
+--@ end
+
+--@ body idem_list(text, text, boolean, integer) LANGUAGE sql
+	SELECT r.endpoint, r.key, r.state, r.retryable, r.status, r.attempt,
+		   r.created_at, r.claimed_at, r.lease_expires_at, r.finished_at,
+		   r.expires_at, CASE WHEN with_body THEN r.body END,
+		   CASE WHEN with_body THEN r.headers END, r.trace
+	  FROM idem_sql_list(current_user::regrole::oid, tenant, endpoint, max_rows) r
+--@ end
+
+--@ body idem_forget(text, text, text) LANGUAGE sql
+	SELECT idem_sql_forget(current_user::regrole::oid, tenant, endpoint, key)
+--@ end
+
+--@ body idem_freeze(text, text, text, timestamptz) LANGUAGE sql
+	SELECT idem_sql_freeze(current_user::regrole::oid, tenant, endpoint, reason,
+						   until, false)
+--@ end
+
+--@ body idem_thaw(text, text) LANGUAGE sql
+	SELECT idem_sql_freeze(current_user::regrole::oid, tenant, endpoint, NULL,
+						   NULL, true)
+--@ end
+
+--@ body idem_frozen(text, text) LANGUAGE sql
+	SELECT * FROM idem_sql_frozen_row(current_user::regrole::oid, tenant, endpoint)
+--@ end
+
+--@ body idem_pause(text, text) LANGUAGE sql
+	SELECT idem_sql_pause(current_user::regrole::oid, topic, tenant, false)
+--@ end
+
+--@ body idem_resume(text, text) LANGUAGE sql
+	SELECT idem_sql_pause(current_user::regrole::oid, topic, tenant, true)
+--@ end
+
+--@ body idem_budget(text, text, integer, interval) LANGUAGE sql
+	SELECT idem_sql_budget(current_user::regrole::oid, tenant, task, attempts,
+						   ttl, false)
+--@ end
+
+--@ body idem_spend(text, text, integer) LANGUAGE sql
+	SELECT idem_sql_budget(current_user::regrole::oid, tenant, task, n, NULL,
+						   true)
+--@ end
+
+--@ body idem_suspects(interval, interval) LANGUAGE sql
+	SELECT * FROM idem_sql_suspects(current_user::regrole::oid, since, within)
+--@ end
+
+--@ body idem_claim_many(text, text, text[], bytea[], interval, interval) LANGUAGE sql
+	SELECT * FROM idem_sql_claim_many(current_user::regrole::oid, tenant, endpoint,
+									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
+											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
+									  lease, retention)
+--@ end
+
+--@ body idem_claim_many(text, text, text[], text[], interval, interval) LANGUAGE sql
+	SELECT * FROM idem_sql_claim_many(current_user::regrole::oid, tenant, endpoint,
+									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
+											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
+									  lease, retention)
+--@ end
+
+--@ body idem_claim_many(text, text, text[], jsonb[], interval, interval) LANGUAGE sql
+	SELECT * FROM idem_sql_claim_many(current_user::regrole::oid, tenant, endpoint,
+									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
+											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
+									  lease, retention)
+--@ end
+
+--@ body idem_complete_many(text, text, text[], integer[], bytea[], integer[], jsonb[]) LANGUAGE sql
+	SELECT idem_sql_finish_many(current_user::regrole::oid, 'complete', tenant,
+								endpoint, keys, statuses, bodies, attempts,
+								headers)
+--@ end
+
+--@ body idem_fail_many(text, text, text[], integer[], bytea[], boolean, integer[], jsonb[]) LANGUAGE sql
+	SELECT idem_sql_finish_many(current_user::regrole::oid,
+								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
+								tenant, endpoint, keys, statuses, bodies,
+								attempts, headers)
+--@ end
+
+--@ body idem_enqueue(text, text, text, bytea, jsonb, timestamptz, text, integer, boolean) LANGUAGE sql
+	SELECT * FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
+								   payload, headers, not_before, ordering_key,
+								   max_attempts, redeliver)
+--@ end
+
+--@ body idem_enqueue(text, text, text, text, jsonb, timestamptz, text, integer, boolean) LANGUAGE sql
+	SELECT * FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
+								   convert_to(payload, getdatabaseencoding()),
+								   headers, not_before, ordering_key,
+								   max_attempts, redeliver)
+--@ end
+
+--@ body idem_enqueue(text, text, text, jsonb, jsonb, timestamptz, text, integer, boolean) LANGUAGE sql
+	SELECT * FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
+								   convert_to(payload::text, getdatabaseencoding()),
+								   headers, not_before, ordering_key,
+								   max_attempts, redeliver)
+--@ end
+
+--@ body idem_take(text, integer, interval, text) LANGUAGE sql
+	SELECT * FROM idem_sql_take(current_user::regrole::oid, topic, max_messages,
+								lease, tenant)
+--@ end
+
+--@ body idem_delivered(bigint, integer, integer, bytea) LANGUAGE sql
+	SELECT FROM idem_sql_finish_message(current_user::regrole::oid, 'delivered',
+										id, attempt, status, body, NULL, NULL)
+--@ end
+
+--@ body idem_retry(bigint, integer, text, interval) LANGUAGE sql
+	SELECT idem_sql_finish_message(current_user::regrole::oid, 'retry', id,
+								   attempt, NULL, NULL, error, after)
+--@ end
+
+--@ body idem_dead(bigint, integer, text) LANGUAGE sql
+	SELECT FROM idem_sql_finish_message(current_user::regrole::oid, 'dead', id,
+										attempt, NULL, NULL, error, NULL)
+--@ end
+
+--@ body idem_requeue(bigint) LANGUAGE sql
+	SELECT FROM idem_sql_finish_message(current_user::regrole::oid, 'requeue', id,
+										NULL, NULL, NULL, NULL, NULL)
+--@ end
+
+--@ body idem_message(text, text, text) LANGUAGE sql
+	SELECT * FROM idem_sql_message(current_user::regrole::oid, tenant, topic, key)
+--@ end
+
+--@ body idem_enqueue_many(text, text, text[], bytea[], jsonb[]) LANGUAGE sql
+	SELECT k.key, e.outcome, e.id, e.state, e.created_at
+	  FROM (SELECT idem_sql_check_array('keys', keys, NULL, false, false) AS n) c,
+		   LATERAL (SELECT idem_sql_check_array('payloads', payloads, c.n, false, false),
+						   idem_sql_check_array('headers', headers, c.n, true, true)) v,
+		   LATERAL unnest(keys, payloads) WITH ORDINALITY AS k(key, payload, i),
+		   LATERAL idem_sql_enqueue(current_user::regrole::oid, tenant, topic, k.key,
+									k.payload, headers[k.i], NULL, NULL, NULL, true) e
+	 ORDER BY k.i
+--@ end
+
+--@ body idem_enqueue_many(text, text, text[], jsonb[], jsonb[]) LANGUAGE sql
+	SELECT k.key, e.outcome, e.id, e.state, e.created_at
+	  FROM (SELECT idem_sql_check_array('keys', keys, NULL, false, false) AS n) c,
+		   LATERAL (SELECT idem_sql_check_array('payloads', payloads, c.n, false, false),
+						   idem_sql_check_array('headers', headers, c.n, true, true)) v,
+		   LATERAL unnest(keys, payloads) WITH ORDINALITY AS k(key, payload, i),
+		   LATERAL idem_sql_enqueue(current_user::regrole::oid, tenant, topic, k.key,
+									convert_to(k.payload::text, getdatabaseencoding()),
+									headers[k.i], NULL, NULL, NULL, true) e
+	 ORDER BY k.i
+--@ end
+
+--@ body idem_delivered_many(bigint[], integer[], integer[], bytea[]) LANGUAGE sql
+	SELECT FROM (SELECT idem_sql_check_array('ids', ids, NULL, false, false) AS n) c,
+		   LATERAL (SELECT idem_sql_check_array('attempts', attempts, c.n, false, false),
+						   idem_sql_check_array('statuses', statuses, c.n, true, true),
+						   idem_sql_check_array('bodies', bodies, c.n, true, true)) v,
+		   LATERAL (SELECT count(idem_sql_finish_message(current_user::regrole::oid,
+														 'delivered', d.id, d.attempt,
+														 statuses[d.i], bodies[d.i],
+														 NULL, NULL))
+					  FROM unnest(ids, attempts) WITH ORDINALITY AS d(id, attempt, i)) f
+--@ end
+
+--@ body idem_stats_read() LANGUAGE plpgsql
+BEGIN
+	RAISE EXCEPTION 'idem_stats needs the C edition of idem'
+		USING ERRCODE = 'feature_not_supported',
+			  DETAIL = 'The counters live in shared memory, which only idem''s library can reach.',
+			  HINT = 'Count outcomes from the server log with idem.log_outcomes, or read idem_record.';
+END
+--@ end
+
+--@ body idem_stats_reset() LANGUAGE plpgsql
+BEGIN
+	RAISE EXCEPTION 'idem_stats needs the C edition of idem'
+		USING ERRCODE = 'feature_not_supported',
+			  DETAIL = 'The counters live in shared memory, which only idem''s library can reach.';
+END
+--@ end

@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Write the SQL edition of idem from the C edition's install script.
+
+What both editions share -- tables, indexes, views, policies, grants,
+comments and the functions' signatures -- is written once, in
+idem--<version>.sql (the version is idem.control's default_version).  What
+differs is in sql-edition/edition.sql, beside nothing else:
+
+    --@ omit <regex>            leave out every statement of the C script
+                                that the regex finds (objects only a
+                                library can have, such as a base type)
+    --@ before <regex>          the SQL up to "--@ end" goes before the
+                                first statement the regex finds
+    --@ body <name>(<types>) <attributes>
+                                the body, up to "--@ end", of the C
+                                function of that name and argument types;
+                                <attributes> replace "LANGUAGE C" and keep
+                                the C declaration's volatility and the rest
+
+Every C function needs its body there (or an omit), and every directive
+must find what it names: the generator refuses to write otherwise, and
+refuses a file in which "MODULE_PATHNAME", "$libdir" or "LANGUAGE C" is
+left, comments included.
+
+Writes sql-edition/idem.sql (a plain script for psql) and
+sql-edition/idem_tle.sql (registers extension idem with pg_tle).
+"""
+
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(HERE)
+QUOTE = "$_idem_tle_$"
+
+
+def control_version():
+    with open(os.path.join(TOP, "idem.control")) as f:
+        for line in f:
+            m = re.match(r"\s*default_version\s*=\s*'([^']+)'", line)
+            if m:
+                return m.group(1)
+    sys.exit("generate.py: no default_version in idem.control")
+
+
+def control_comment():
+    with open(os.path.join(TOP, "idem.control")) as f:
+        for line in f:
+            m = re.match(r"\s*comment\s*=\s*'((?:[^']|'')*)'", line)
+            if m:
+                return m.group(1).replace("''", "'")
+    return "idem"
+
+
+def statements(sql):
+    """Split a script into its statements, each with the comments before it.
+
+    Knows what a PostgreSQL script may hold around a semicolon: quoted
+    literals and identifiers, dollar quotes, line and block comments.
+    """
+    out = []
+    start = 0
+    i = 0
+    n = len(sql)
+    while i < n:
+        c = sql[i]
+        if sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif sql.startswith("/*", i):
+            depth = 0
+            while i < n:
+                if sql.startswith("/*", i):
+                    depth += 1
+                    i += 2
+                elif sql.startswith("*/", i):
+                    depth -= 1
+                    i += 2
+                    if depth == 0:
+                        break
+                else:
+                    i += 1
+        elif c in ("'", '"'):
+            j = i + 1
+            while j < n:
+                if sql[j] == c:
+                    if j + 1 < n and sql[j + 1] == c:
+                        j += 2
+                        continue
+                    break
+                j += 1
+            i = j + 1
+        elif c == "$":
+            m = re.match(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$", sql[i:])
+            if m:
+                tag = m.group(0)
+                j = sql.find(tag, i + len(tag))
+                if j < 0:
+                    sys.exit("generate.py: unterminated dollar quote " + tag)
+                i = j + len(tag)
+            else:
+                i += 1
+        elif c == ";":
+            out.append(sql[start:i + 1])
+            start = i + 1
+            i += 1
+        else:
+            i += 1
+    rest = sql[start:]
+    if rest.strip():
+        out.append(rest)
+    return out
+
+
+def code_of(stmt):
+    """A statement without its comments, for matching"""
+    s = re.sub(r"/\*.*?\*/", " ", stmt, flags=re.S)
+    s = re.sub(r"--[^\n]*", " ", s)
+    return s.strip()
+
+
+def split_top(text):
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return parts
+
+
+def signature(code):
+    """name(type, ...) of a CREATE FUNCTION, IN arguments only"""
+    m = re.match(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+([\w.]+)\s*\(",
+                 code, re.I)
+    if not m:
+        return None
+    depth, i = 1, m.end()
+    while depth:
+        depth += {"(": 1, ")": -1}.get(code[i], 0)
+        i += 1
+    types = []
+    for arg in split_top(code[m.end():i - 1]):
+        arg = re.split(r"\s+DEFAULT\s+|\s*=\s*", arg.strip(), flags=re.I)[0]
+        words = arg.split()
+        if words and words[0].upper() == "OUT":
+            continue
+        if words and words[0].upper() in ("IN", "INOUT", "VARIADIC"):
+            words = words[1:]
+        # a lone word is a type; otherwise the first word is the name
+        types.append(" ".join(words if len(words) == 1 else words[1:]).lower())
+    return "%s(%s)" % (m.group(1), ", ".join(types))
+
+
+def read_edition():
+    with open(os.path.join(HERE, "edition.sql")) as f:
+        lines = f.read().split("\n")
+    omit, before, bodies = [], [], {}
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = re.match(r"--@ (omit|before|body) (.*)$", line)
+        i += 1
+        if not m:
+            continue
+        kind, arg = m.group(1), m.group(2).strip()
+        if kind == "omit":
+            omit.append(re.compile(arg, re.S))
+            continue
+        block = []
+        while i < len(lines) and lines[i] != "--@ end":
+            block.append(lines[i])
+            i += 1
+        if i == len(lines):
+            sys.exit("generate.py: --@ %s %s has no --@ end" % (kind, arg))
+        i += 1
+        text = "\n".join(block).strip("\n")
+        if kind == "before":
+            before.append([re.compile(arg, re.S), text, False])
+        else:
+            m = re.match(r"(\S+\(.*?\))\s*(.*)$", arg)
+            if not m:
+                sys.exit("generate.py: --@ body needs name(types): " + arg)
+            key = re.sub(r"\s*,\s*", ", ", m.group(1).lower())
+            if key in bodies:
+                sys.exit("generate.py: two bodies for " + key)
+            bodies[key] = [m.group(2), text, False]
+    return omit, before, bodies
+
+
+def edition_script(version):
+    with open(os.path.join(TOP, "idem--%s.sql" % version)) as f:
+        # psql's meta-commands (the guard against running the script by hand)
+        source = re.sub(r"^\\[^\n]*\n", "", f.read(), flags=re.M)
+    omit, before, bodies = read_edition()
+    out = []
+    for stmt in statements(source):
+        code = code_of(stmt)
+        if not code:
+            out.append(stmt)
+            continue
+        for b in before:
+            if not b[2] and b[0].search(code):
+                out.append("\n\n" + b[1] + "\n")
+                b[2] = True
+        if any(r.search(code) for r in omit):
+            continue
+        if "MODULE_PATHNAME" not in code:
+            out.append(stmt)
+            continue
+        sig = signature(code)
+        m = re.search(r"AS\s+'MODULE_PATHNAME'\s*,\s*'\w+'\s*LANGUAGE\s+C\b",
+                      stmt, re.I)
+        if sig is None or m is None:
+            sys.exit("generate.py: cannot read the C function in:\n" + stmt)
+        body = bodies.get(sig)
+        if body is None:
+            sys.exit("generate.py: edition.sql has no body for " + sig)
+        attributes, text = body[0], body[1]
+        body[2] = True
+        out.append(stmt[:m.start()] + "AS $idem$\n" + text + "\n$idem$\n"
+                   + attributes + stmt[m.end():])
+    unused = [k for k, b in bodies.items() if not b[2]]
+    unused += [b[0].pattern for b in before if not b[2]]
+    if unused:
+        sys.exit("generate.py: edition.sql names what the C script lacks: "
+                 + "; ".join(unused))
+    script = "".join(out)
+    for word in ("MODULE_PATHNAME", "$libdir", "LANGUAGE C ", "LANGUAGE C\n",
+                 "LANGUAGE C;"):
+        if word in script:
+            sys.exit("generate.py: the SQL edition still holds " + word)
+    return script
+
+
+def plain(script, version):
+    """The script for psql, in the schema first in the search_path"""
+    script = re.sub(r"^SELECT pg_catalog\.pg_extension_config_dump\(.*?\);\n",
+                    "", script, flags=re.M | re.S)
+    script = script.replace("@extschema@", ':"idem_schema"')
+    head = """\
+-- idem %(v)s, the SQL edition, as a plain script (generated by
+-- sql-edition/generate.py from idem--%(v)s.sql and sql-edition/edition.sql).
+-- Run it with psql as the database's owner:
+--     psql -v ON_ERROR_STOP=1 -f idem.sql
+-- It creates idem's objects in the first schema of the search_path, in one
+-- transaction; run again at the same version, it changes nothing.
+\\set ON_ERROR_STOP 1
+SELECT pg_catalog.current_schema() AS idem_schema \\gset
+SELECT pg_catalog.to_regprocedure(pg_catalog.quote_ident(:'idem_schema') || '.idem_edition()') IS NOT NULL AS idem_present \\gset
+\\if :idem_present
+SELECT pg_catalog.obj_description(pg_catalog.to_regprocedure(pg_catalog.quote_ident(:'idem_schema') || '.idem_edition()'), 'pg_proc') LIKE '%%[idem %(v)s]' AS idem_same \\gset
+\\if :idem_same
+\\echo idem %(v)s is already installed in schema :idem_schema
+\\quit
+\\endif
+\\echo another version of idem is installed in schema :idem_schema
+DO $$ BEGIN RAISE EXCEPTION 'another version of idem is installed in this schema'; END $$;
+\\endif
+BEGIN;
+""" % {"v": version}
+    tail = """
+COMMENT ON FUNCTION idem_edition() IS
+	'which edition of idem this is: sql (this one) or c [idem %s]';
+COMMIT;
+""" % version
+    return head + script + tail
+
+
+def tle(script, version):
+    if QUOTE in script or "$_pgtle_" in script:
+        sys.exit("generate.py: the script holds a pg_tle quote")
+    return """\
+-- idem %(v)s, the SQL edition, for pg_tle (generated by
+-- sql-edition/generate.py from idem--%(v)s.sql and sql-edition/edition.sql).
+-- A member of pgtle_admin runs it once per database:
+--     psql -v ON_ERROR_STOP=1 -f idem_tle.sql
+-- and then CREATE EXTENSION idem;
+SELECT pgtle.install_extension('idem', '%(v)s', %(c)s, %(q)s
+%(s)s
+%(q)s);
+""" % {"v": version, "c": "'" + control_comment().replace("'", "''") + "'",
+       "q": QUOTE, "s": script}
+
+
+def main():
+    version = control_version()
+    script = edition_script(version)
+    for name, text in (("idem.sql", plain(script, version)),
+                       ("idem_tle.sql", tle(script, version))):
+        with open(os.path.join(HERE, name), "w") as f:
+            f.write(text)
+        print("wrote sql-edition/" + name)
+
+
+if __name__ == "__main__":
+    main()
