@@ -259,6 +259,8 @@ interface DispatcherCommon {
   tenant?: string | null;
   /** milliseconds between takes without a notification (default 1000) */
   pollInterval?: number;
+  /** milliseconds between calls of idem_purge(), where no background worker purges (the SQL edition); default none */
+  purgeInterval?: number | null;
   /** default console */
   logger?: Logger;
   /** the schema of the extension (CREATE EXTENSION idem SCHEMA ...); default: the search_path finds it */

@@ -28,6 +28,7 @@ const DELIVERED_SQL = (prefix) => `SELECT ${prefix}idem_delivered($1::bigint, $2
 const DELIVERED_MANY_SQL = (prefix) => `SELECT ${prefix}idem_delivered_many($1::bigint[], $2::integer[], $3::integer[], $4::bytea[])`;
 const RETRY_SQL = (prefix) => `SELECT ${prefix}idem_retry($1::bigint, $2::integer, $3::text, $4::interval) AS state`;
 const DEAD_SQL = (prefix) => `SELECT ${prefix}idem_dead($1::bigint, $2::integer, $3::text)`;
+const PURGE_SQL = (prefix) => `SELECT ${prefix}idem_purge() AS purged`;
 
 /** What idem raises when an attempt is not the message's live lease. */
 const STALE = '55000';
@@ -147,11 +148,15 @@ class Dispatcher {
     if (this.timeout >= this.lease) {
       throw new RangeError(`pg-idem: the timeout (${this.timeout} ms) must be shorter than the lease (${this.lease} ms)`);
     }
+    // where no background worker purges (the SQL edition, idem not
+    // preloaded): idem_purge() every purgeInterval ms
+    this.purgeInterval = options.purgeInterval == null ? null
+      : positive('purgeInterval', options.purgeInterval, null, false);
     this.tenant = options.tenant ?? null;
     const prefix = qualifier(options.schema);
     this.sql = {
       take: TAKE_SQL(prefix), delivered: DELIVERED_SQL(prefix), deliveredMany: DELIVERED_MANY_SQL(prefix),
-      retry: RETRY_SQL(prefix), dead: DEAD_SQL(prefix),
+      retry: RETRY_SQL(prefix), dead: DEAD_SQL(prefix), purge: PURGE_SQL(prefix),
     };
     this.logger = options.logger || console;
 
@@ -160,6 +165,7 @@ class Dispatcher {
     this.started = null;
     this.stopping = null;
     this.loopDone = null;
+    this.purging = null;
     this.listening = null;
     this.listener = null;
     this.wakeup = null;   // ends the loop's current wait
@@ -180,6 +186,7 @@ class Dispatcher {
     if (!this.started) {
       this.running = true;
       this.loopDone = this.loop();
+      if (this.purgeInterval) this.purging = this.purgeLoop();
       this.listening = this.listen();
       this.started = this.listening;
     }
@@ -199,12 +206,35 @@ class Dispatcher {
         this.halt.abort();
         this.wake();
         await this.loopDone;
+        await this.purging;
         await Promise.allSettled([...this.inFlight]);
         await this.listening;
         await this.unlisten();
       })();
     }
     return this.stopping;
+  }
+
+  /**
+   * idem_purge() every purgeInterval ms until stop(): the purge never waits
+   * for another transaction, and a failure is logged and tried again.
+   */
+  async purgeLoop() {
+    for (;;) {
+      try {
+        await sleep(this.purgeInterval, undefined, { signal: this.halt.signal });
+      } catch {
+        return;   // stopped
+      }
+      try {
+        const { rows } = await this.pool.query(this.sql.purge);
+        if (Number(rows[0].purged) > 0) {
+          this.logger.info(`pg-idem dispatcher ${this.topic}: idem_purge() deleted ${rows[0].purged}`);
+        }
+      } catch (e) {
+        this.logger.error(`pg-idem dispatcher ${this.topic}: idem_purge() failed: ${describe(e)}`);
+      }
+    }
   }
 
   wake() {

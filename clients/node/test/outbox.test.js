@@ -454,5 +454,23 @@ test('createDispatcher refuses bad options', () => {
   assert.throws(() => createDispatcher({ ...base, batchSize: 1.5 }), /batchSize/);
   assert.throws(() => createDispatcher({ ...base, lease: 1000, timeout: 1000 }), RangeError);
   assert.throws(() => createDispatcher({ ...base, timeout: 30000 }), /shorter than the lease \(30000 ms\)/);
+  assert.throws(() => createDispatcher({ ...base, purgeInterval: 0 }), /purgeInterval/);
   assert.equal(typeof createDispatcher(base).start, 'function');
+});
+
+test('purgeInterval: the dispatcher calls idem_purge(), which deletes expired records', async () => {
+  const key = `purge-${randomUUID()}`;
+  await pool.query("SELECT idem_claim('acme', 'POST /purge', $1)", [key]);
+  await pool.query("SELECT idem_complete('acme', 'POST /purge', $1, 200, 'done'::text)", [key]);
+  await pool.query("UPDATE idem_record SET expires_at = now() - interval '1 second' WHERE key = $1", [key]);
+  const logger = memoryLogger();
+  const d = createDispatcher({ pool, topic: newTopic(), handler: () => {}, purgeInterval: 50, logger });
+  try {
+    await d.start();
+    await until(async () => (await pool.query('SELECT 1 FROM idem_record WHERE key = $1', [key])).rowCount === 0,
+      'the expired record purged');
+  } finally {
+    await d.stop();
+  }
+  assert.ok(logger.lines.some((l) => /idem_purge\(\) deleted [1-9]/.test(l.text)), 'the purge is logged');
 });

@@ -353,6 +353,26 @@ def test_bad_options() -> None:
         pg_idem.Dispatcher("", "t", url="ftp://x/")
     with pytest.raises(ValueError, match="concurrency"):
         pg_idem.Dispatcher("", "t", handler=lambda m: None, concurrency=0)
+    with pytest.raises(ValueError, match="purge_interval"):
+        pg_idem.Dispatcher("", "t", handler=lambda m: None, purge_interval=0)
+
+
+def test_purge_interval_calls_idem_purge(db: Any, caplog: pytest.LogCaptureFixture) -> None:
+    key = f"purge-{uuid.uuid4()}"
+    db.execute("SELECT idem_claim('acme', 'POST /purge', %s)", (key,))
+    db.execute("SELECT idem_complete('acme', 'POST /purge', %s, 200, 'done'::text)", (key,))
+    db.execute("UPDATE idem_record SET expires_at = now() - interval '1 second' WHERE key = %s", (key,))
+    d = pg_idem.Dispatcher("", new_topic(), handler=lambda m: None, purge_interval=0.05)
+    runner = threading.Thread(target=d.run)
+    with caplog.at_level(logging.INFO, logger="pg_idem.dispatcher"):
+        runner.start()
+        try:
+            until(lambda: db.execute("SELECT 1 FROM idem_record WHERE key = %s", (key,)).fetchone() is None,
+                  "the expired record purged")
+        finally:
+            d.stop()
+            runner.join()
+    assert any(re.search(r"idem_purge\(\) deleted [1-9]", r.getMessage()) for r in caplog.records)
 
 
 def test_a_timeout_not_shorter_than_the_lease_is_refused(db: Any) -> None:

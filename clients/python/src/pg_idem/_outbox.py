@@ -47,6 +47,7 @@ _DELIVERED_SQL = "SELECT {}(%s::bigint, %s::integer, %s::integer, %s::bytea)"
 _DELIVERED_MANY_SQL = "SELECT {}(%s::bigint[], %s::integer[], %s::integer[], %s::bytea[])"
 _RETRY_SQL = "SELECT {}(%s::bigint, %s::integer, %s::text, %s::interval)"
 _DEAD_SQL = "SELECT {}(%s::bigint, %s::integer, %s::text)"
+_PURGE_SQL = "SELECT {}()"
 
 #: How much of a receiver's error body goes into the message's last_error.
 _ERROR_BODY_CHARS = 200
@@ -236,6 +237,10 @@ class Dispatcher:
     dispatcher ``LISTEN``s on ``idem_outbox`` and takes when a notification
     names its topic, else every ``poll_interval`` seconds.  ``schema``: the
     schema of the extension (default: found on the search_path).
+    ``purge_interval`` (seconds; none by default): it also calls
+    ``idem_purge()`` that often, on a connection of its own, for a database
+    where no background worker purges (idem's SQL edition on a managed
+    service, or idem not preloaded); its role needs ``EXECUTE`` on it.
 
     The successes of one take are recorded together, with one
     ``idem_delivered_many`` (when the take's last delivery finishes, or at
@@ -258,6 +263,7 @@ class Dispatcher:
         poll_interval: float = 1.0,
         logger: Optional[logging.Logger] = None,
         schema: Optional[str] = None,
+        purge_interval: Optional[float] = None,
     ) -> None:
         if (handler is None) == (url is None):
             raise TypeError("pg_idem: give the Dispatcher either handler or url")
@@ -268,7 +274,8 @@ class Dispatcher:
         for name, value in (("concurrency", concurrency), ("batch_size", batch_size)):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"pg_idem: {name} must be a positive integer, not {value!r}")
-        for name, seconds in (("timeout", timeout), ("poll_interval", poll_interval)):
+        for name, seconds in (("timeout", timeout), ("poll_interval", poll_interval),
+                              ("purge_interval", 1.0 if purge_interval is None else purge_interval)):
             if not seconds > 0:
                 raise ValueError(f"pg_idem: {name} must be positive, not {seconds!r}")
         self.conninfo = conninfo
@@ -282,6 +289,8 @@ class Dispatcher:
         self.timeout = float(timeout)
         self.tenant = tenant
         self.poll_interval = float(poll_interval)
+        self.purge_interval = None if purge_interval is None else float(purge_interval)
+        self._purge_sql = idem_call(_PURGE_SQL, "idem_purge", schema)
         self.logger = logger or logging.getLogger("pg_idem.dispatcher")
         self._take_sql, self._delivered_sql, self._retry_sql, self._dead_sql, self._delivered_many_sql = (
             idem_call(template, function, schema) for template, function in (
@@ -319,6 +328,10 @@ class Dispatcher:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"pg-idem {self.topic}")
+        purger = None
+        if self.purge_interval is not None:
+            purger = threading.Thread(target=self._purge_loop, name=f"pg-idem {self.topic} purge")
+            purger.start()
         try:
             while not self._stopping.is_set():
                 try:
@@ -339,6 +352,8 @@ class Dispatcher:
                     if not lost:
                         self._stopping.wait(self.poll_interval)
         finally:
+            if purger is not None:
+                purger.join()
             executor.shutdown(wait=True)
             for conn in (self._listen, self._conn):
                 if conn is not None:
@@ -349,6 +364,18 @@ class Dispatcher:
                 wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, None, None
             wake_r.close()
             wake_w.close()
+
+    def _purge_loop(self) -> None:
+        """``idem_purge()`` every ``purge_interval`` seconds until ``stop()``; a failure is logged."""
+        assert self.purge_interval is not None
+        while not self._stopping.wait(self.purge_interval):
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                    row = conn.execute(self._purge_sql).fetchone()
+                if row is not None and row[0]:
+                    self.logger.info("pg_idem dispatcher %s: idem_purge() deleted %s", self.topic, row[0])
+            except psycopg.Error as e:
+                self.logger.error("pg_idem dispatcher %s: idem_purge() failed: %s", self.topic, e)
 
     def stop(self) -> None:
         """Stop taking messages (from any thread); ``run()`` returns once those in flight are recorded."""
