@@ -10,12 +10,14 @@
  * - The API functions run as their caller (SECURITY INVOKER, as in the C
  *   edition), and pass current_user to a worker function that runs as the
  *   role that installed idem (SECURITY DEFINER), the only role that may
- *   touch the tables.  The worker binds the call by the roles it acts as:
- *   the session user and the role of SET ROLE, which it reads itself, and
- *   the role passed.  A caller that calls a worker directly can only pass
- *   a role that adds a binding, never one that lifts one: every bound role
- *   among the three restricts the call, and the passed role never exempts
- *   it from idem.require_binding.
+ *   touch the tables.  A worker accepts a call from idem's own PL/pgSQL
+ *   functions only (idem_sql_check_caller), so the role it is passed is the
+ *   caller's current user.  It binds the call by the three roles the C
+ *   edition binds it by: the session user and the role of SET ROLE, which
+ *   it reads itself, and that current user (src/tenant.c has the rules).
+ * - Only the installer may create objects in idem's schema (checked when
+ *   it is installed), so that nothing captures a call that idem's
+ *   functions make under their search_path.
  * - The settings that the C edition reserves to a superuser are rows of
  *   idem_setting, which only the installing role may write; a SET of the
  *   same name changes nothing.
@@ -38,6 +40,37 @@
 --@ omit pg_extension_config_dump\('idem_binding'
 --@ omit REVOKE ALL ON idem_binding\b
 --@ omit \bidem_freeze_changed\b
+
+--@ before CREATE TABLE idem_record\b
+/*
+ * idem's functions run as the role that installed it, under a search_path
+ * that names idem's schema: a role that may create objects there could
+ * capture their calls.  So only the installer (and the roles it is a member
+ * of, and superusers) may create objects in that schema.
+ */
+DO $$
+DECLARE
+	creators	text;
+BEGIN
+	SELECT string_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+						   ELSE a.grantee::regrole::text END, ', ')
+	  INTO creators
+	  FROM pg_catalog.pg_namespace n,
+		   pg_catalog.aclexplode(coalesce(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) a
+	 WHERE n.nspname OPERATOR(pg_catalog.=) pg_catalog.current_schema()
+	   AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+	   AND (a.grantee OPERATOR(pg_catalog.=) 0 OR NOT (
+			pg_catalog.pg_has_role(current_user, a.grantee, 'MEMBER') OR
+			(SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) a.grantee)));
+	IF creators IS NOT NULL THEN
+		RAISE EXCEPTION 'schema "%" lets other roles create objects', pg_catalog.current_schema()
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = pg_catalog.format('%s may create objects in it, which could capture the calls of idem''s functions.', creators),
+				  HINT = 'Install idem in a schema where only its installer may create objects, e.g. CREATE SCHEMA idem, then CREATE EXTENSION idem SCHEMA idem, or SET search_path = idem before running idem.sql.';
+	END IF;
+END
+$$;
+--@ end
 
 --@ before CREATE TABLE idem_binding\b
 /*
@@ -85,6 +118,75 @@ AS $$ SELECT 'sql' $$;
 
 COMMENT ON FUNCTION idem_edition() IS
 	'which edition of idem this is: sql (this one) or c';
+
+/*
+ * Refuse a call of the worker that calls this unless a PL/pgSQL function
+ * of idem's called it.  A worker runs as the role that installed idem and
+ * trusts the role it is passed: idem's API functions pass current_user,
+ * as they run as their caller, and idem's workers pass on the role they
+ * were passed.  A role that called a worker itself could name any role; so
+ * the worker reads the call stack, where, under this function's
+ * search_path, a function of idem's schema is named without its schema and
+ * any other (a function of the same name elsewhere, a temporary one, a DO
+ * block) with it, or is a SQL function, whose schema is not shown.  This
+ * holds while no role but the installer may CREATE in idem's schema, which
+ * the install script checks.
+ */
+CREATE FUNCTION idem_sql_check_caller()
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	stack		text;
+	frames		text[];
+BEGIN
+	GET DIAGNOSTICS stack = PG_CONTEXT;
+	frames := ARRAY(SELECT f FROM regexp_split_to_table(stack, E'\n') AS f
+					 WHERE f ~ '^(PL/pgSQL function|SQL function) ');
+	/* frames[1] is this function, frames[2] the worker, frames[3] its caller */
+	IF coalesce(frames[3], '') !~ '^PL/pgSQL function idem_[a-z_]+\(' THEN
+		RAISE EXCEPTION 'permission denied for function %',
+			substring(frames[2] FROM '^PL/pgSQL function ([a-z_]+)\(')
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'idem''s internal functions are for idem''s own functions.',
+				  HINT = 'Call idem''s API functions.';
+	END IF;
+END
+$$;
+
+/*
+ * Whether the row version of a row the caller read has this transaction's,
+ * or one of its subtransactions', xmin.  Such an xid is at most 2^31 ahead
+ * of the top transaction's, whose 64-bit id gives the epoch; the row was
+ * visible, so its inserter is either this transaction or committed before
+ * the current snapshot, whose xmax it then precedes.  (A row frozen over
+ * 2^31 transactions ago may be mistaken for this transaction's.)
+ */
+CREATE FUNCTION idem_sql_own(xmin xid)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	top			bigint := pg_current_xact_id_if_assigned()::text::bigint;
+	ahead		bigint;
+	xid64		bigint;
+BEGIN
+	IF xmin IS NULL OR top IS NULL THEN
+		RETURN false;
+	END IF;
+	ahead := (xmin::text::bigint - (top & 4294967295) + 4294967296) % 4294967296;
+	IF ahead >= 2147483648 THEN
+		RETURN false;
+	END IF;
+	xid64 := top + ahead;
+	IF xid64 >= pg_snapshot_xmax(pg_current_snapshot())::text::bigint THEN
+		RETURN true;
+	END IF;
+	RETURN pg_xact_status(xid64::text::xid8) = 'in progress';
+END
+$$;
 
 /* A superuser-only setting of the SQL edition, as text, or the default */
 CREATE FUNCTION idem_sql_setting(name text, fallback text)
@@ -142,6 +244,7 @@ DECLARE
 	bound		text[];
 	exempt		boolean;
 BEGIN
+	PERFORM idem_sql_check_caller();
 	SELECT array_agg(DISTINCT b.tenant ORDER BY b.tenant) INTO bound
 	  FROM unnest(actors) AS a(actor)
 	  JOIN pg_roles r ON r.oid = a.actor
@@ -159,8 +262,7 @@ BEGIN
 	IF cardinality(bound) = 1 THEN
 		RETURN bound[1];
 	END IF;
-	exempt := idem_sql_is_admin(actors[1]) AND
-		(set_role IS NULL OR idem_sql_is_admin(set_role));
+	exempt := idem_sql_is_admin(role);
 	IF NOT exempt AND idem_sql_setting('idem.require_binding', 'off')::boolean THEN
 		RAISE EXCEPTION '%', CASE WHEN tenant IS NULL
 								  THEN 'permission denied for idem tenants'
@@ -334,17 +436,17 @@ SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
 	taken		integer := coalesce(nullif(current_setting('idem.sql_claim_locks', true), ''), '0')::integer;
-	class		integer := ('idem_record'::regclass::oid::bigint - 2147483648)::integer;
-	id			integer := hashtext(tenant || chr(1) || endpoint || chr(1) || key);
+	id			bigint := hashtextextended(tenant || chr(1) || endpoint || chr(1) || key,
+										   'idem_record'::regclass::oid::bigint);
 BEGIN
 	IF taken >= idem_sql_claim_locks() THEN
 		RETURN true;
 	END IF;
-	IF NOT pg_try_advisory_xact_lock(class, id) THEN
+	IF NOT pg_try_advisory_xact_lock(id) THEN
 		IF NOT wait THEN
 			RETURN false;
 		END IF;
-		PERFORM pg_advisory_xact_lock(class, id);
+		PERFORM pg_advisory_xact_lock(id);
 	END IF;
 	PERFORM set_config('idem.sql_claim_locks', (taken + 1)::text, true);
 	RETURN true;
@@ -389,7 +491,9 @@ DECLARE
 	snap		idem_record;
 	have_snap	boolean;
 	own			boolean;
+	floor		integer;
 BEGIN
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('endpoint', endpoint);
 	PERFORM idem_sql_check_name('key', key);
@@ -416,10 +520,10 @@ BEGIN
 		ELSIF have_snap AND (snap.state = 'succeeded' OR (snap.state = 'failed' AND NOT snap.retryable)) THEN
 			outcome := 'replay';
 		ELSIF have_snap AND snap.state = 'pending' AND snap.lease_expires_at > now THEN
-			own := (SELECT x.xmin::text::bigint FROM idem_record x
-					 WHERE x.tenant = idem_sql_decide_claim.tenant AND x.endpoint = idem_sql_decide_claim.endpoint
-					   AND x.key = idem_sql_decide_claim.key)
-				   = pg_current_xact_id_if_assigned()::text::bigint;
+			own := idem_sql_own((SELECT x.xmin FROM idem_record x
+								 WHERE x.tenant = idem_sql_decide_claim.tenant
+								   AND x.endpoint = idem_sql_decide_claim.endpoint
+								   AND x.key = idem_sql_decide_claim.key));
 			IF wait AND NOT coalesce(own, false) AND clock_timestamp() < deadline THEN
 				/* a committed pending claim: look again when it may have finished */
 				PERFORM pg_sleep(0.01);
@@ -465,6 +569,25 @@ BEGIN
 			ON CONFLICT (tenant, endpoint, key) DO NOTHING
 			RETURNING x.attempt INTO attempt;
 			IF FOUND THEN
+				/*
+				 * The floor was read before the insert, which may have waited
+				 * for a transaction deleting the key's old record: read it
+				 * again, locked, now that the insert decided (a floor that
+				 * moved after this transaction's snapshot is then a
+				 * serialization failure under REPEATABLE READ), and start
+				 * above it
+				 */
+				SELECT f.attempt INTO floor
+				  FROM idem_attempt_floor f
+				 WHERE f.bucket = hashtext(key) & 4095
+				   FOR KEY SHARE;
+				IF floor >= attempt THEN
+					attempt := floor + 1;
+					UPDATE idem_record x SET attempt = floor + 1
+					 WHERE x.tenant = idem_sql_decide_claim.tenant
+					   AND x.endpoint = idem_sql_decide_claim.endpoint
+					   AND x.key = idem_sql_decide_claim.key;
+				END IF;
 				outcome := 'claimed';
 				created_at := now;
 				expires_at := t.expires_at;
@@ -534,6 +657,7 @@ AS $$
 DECLARE
 	c			record;
 BEGIN
+	PERFORM idem_sql_check_caller();
 	c := idem_sql_decide_claim(role, tenant, endpoint, key, digest, wait, lease,
 							   retention, wait_timeout, batch);
 	outcome := c.outcome; status := c.status; body := c.body;
@@ -609,6 +733,7 @@ DECLARE
 	now			timestamptz := clock_timestamp();
 	r			idem_record;
 BEGIN
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('endpoint', endpoint);
 	PERFORM idem_sql_check_name('key', key);
@@ -666,6 +791,7 @@ DECLARE
 	now			timestamptz;
 	why			text;
 BEGIN
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('endpoint', endpoint);
 	PERFORM idem_sql_check_name('key', key);
@@ -742,6 +868,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 BEGIN
+	PERFORM idem_sql_check_caller();
 	RETURN EXISTS (SELECT FROM idem_freeze f
 					WHERE f.tenant = idem_sql_frozen.tenant
 					  AND (f.endpoint IS NULL OR f.endpoint = idem_sql_frozen.endpoint)
@@ -765,33 +892,6 @@ RETURNS bytea
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to(fingerprint::text, 'UTF8')) $$;
 
-/*
- * An operator tool's worker may be called only by a caller that may call
- * the tool: PostgreSQL checked EXECUTE on the tool for its current user
- * (role), and the worker checks it for role and for the session's own role
- * (the role of SET ROLE, or the session user), who called the worker
- * directly if role is not truthful.
- */
-CREATE FUNCTION idem_sql_check_tool(role oid, tool text)
-RETURNS void
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, @extschema@, pg_temp
-AS $$
-DECLARE
-	own			oid := coalesce(CASE current_setting('role') WHEN 'none' THEN NULL
-									ELSE to_regrole(quote_ident(current_setting('role')))::oid END,
-								(SELECT oid FROM pg_roles WHERE rolname = session_user));
-	fn			regprocedure := to_regprocedure(tool);
-BEGIN
-	IF NOT has_function_privilege(role, fn, 'EXECUTE') OR
-	   NOT has_function_privilege(own, fn, 'EXECUTE') THEN
-		RAISE EXCEPTION 'permission denied for function %', split_part(tool, '(', 1)
-			USING ERRCODE = 'insufficient_privilege',
-				  DETAIL = 'In the SQL edition, an operator tool needs EXECUTE for the session''s role too.';
-	END IF;
-END
-$$;
-
 /* A tenant's records for idem_list, newest first */
 CREATE FUNCTION idem_sql_list(role oid, p_tenant text, p_endpoint text,
 							  max_rows integer)
@@ -800,7 +900,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 BEGIN
-	PERFORM idem_sql_check_tool(role, 'idem_list(text,text,boolean,integer)');
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_tenant(role, p_tenant);
 	IF max_rows IS NULL OR max_rows < 1 THEN
@@ -816,9 +916,8 @@ END
 $$;
 
 /*
- * The operator tools' workers: each checks that its caller may call the
- * tool (idem_sql_check_tool) and the tenant binding, and runs as the role
- * that installed idem.
+ * The operator tools' workers: PostgreSQL checked EXECUTE on the tool, and
+ * each checks the tenant binding, and runs as the role that installed idem.
  */
 CREATE FUNCTION idem_sql_forget(role oid, p_tenant text, p_endpoint text,
 								p_key text)
@@ -827,7 +926,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 BEGIN
-	PERFORM idem_sql_check_tool(role, 'idem_forget(text,text,text)');
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('endpoint', p_endpoint);
 	PERFORM idem_sql_check_name('key', p_key);
@@ -847,8 +946,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 BEGIN
-	PERFORM idem_sql_check_tool(role, CASE WHEN thaw THEN 'idem_thaw(text,text)'
-										   ELSE 'idem_freeze(text,text,text,timestamptz)' END);
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	IF p_endpoint IS NOT NULL THEN
 		PERFORM idem_sql_check_name('endpoint', p_endpoint);
@@ -887,6 +985,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 BEGIN
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('endpoint', p_endpoint);
 	PERFORM idem_sql_check_tenant(role, p_tenant);
@@ -907,8 +1006,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 BEGIN
-	PERFORM idem_sql_check_tool(role, CASE WHEN resume THEN 'idem_resume(text,text)'
-										   ELSE 'idem_pause(text,text)' END);
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('topic', p_topic);
 	IF p_tenant IS NOT NULL THEN
 		PERFORM idem_sql_check_name('tenant', p_tenant);
@@ -946,6 +1044,7 @@ DECLARE
 	b			record;
 	what		text := CASE WHEN spend THEN 'n' ELSE 'attempts' END;
 BEGIN
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('task', p_task);
 	IF attempts IS NULL THEN
@@ -1016,7 +1115,7 @@ AS $$
 DECLARE
 	bound		text;
 BEGIN
-	PERFORM idem_sql_check_tool(role, 'idem_suspects(interval,interval)');
+	PERFORM idem_sql_check_caller();
 	bound := idem_sql_bound_tenant(role);
 	IF since IS NULL OR within IS NULL THEN
 		RAISE EXCEPTION '% must not be null', CASE WHEN since IS NULL THEN 'since' ELSE 'within' END
@@ -1102,6 +1201,7 @@ DECLARE
 	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
 	c			record;
 BEGIN
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_array('fingerprints', digests, n, true, true);
 	PERFORM idem_sql_check_name('key', k) FROM unnest(p_keys) k;
 	FOR i IN 1 .. n LOOP
@@ -1128,6 +1228,7 @@ AS $$
 DECLARE
 	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
 BEGIN
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_array('statuses', statuses, n, false, false);
 	PERFORM idem_sql_check_array('bodies', bodies, n, false, true);
 	PERFORM idem_sql_check_array('attempts', attempts, n, true, true);
@@ -1142,7 +1243,41 @@ BEGIN
 END
 $$;
 
-/* Every worker checks its own arguments and the roles: any role may call them */
+/*
+ * The two API functions whose arguments and result columns share a name,
+ * which PL/pgSQL refuses, are SQL functions, and reach their workers
+ * through these: a worker trusts the role only from a PL/pgSQL function of
+ * idem's (idem_sql_check_caller).
+ */
+CREATE FUNCTION idem_sql_list_as_caller(p_tenant text, p_endpoint text,
+										max_rows integer)
+RETURNS SETOF idem_record
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	RETURN QUERY SELECT * FROM idem_sql_list(current_user::regrole::oid, p_tenant,
+											 p_endpoint, max_rows);
+END
+$$;
+
+CREATE FUNCTION idem_sql_take_as_caller(p_topic text, max_messages integer,
+										p_lease interval, p_tenant text)
+RETURNS TABLE (id bigint, tenant text, topic text, key text, payload bytea,
+			   headers jsonb, attempt integer, lease_expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	RETURN QUERY SELECT * FROM idem_sql_take(current_user::regrole::oid, p_topic,
+											 max_messages, p_lease, p_tenant);
+END
+$$;
+
+/*
+ * The settings only idem's functions read; the workers refuse every call
+ * that is not from idem's functions (idem_sql_check_caller)
+ */
 REVOKE ALL ON FUNCTION idem_sql_setting(text, text) FROM PUBLIC;
 --@ end
 
@@ -1181,18 +1316,18 @@ SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
 	taken		integer := coalesce(nullif(current_setting('idem.sql_claim_locks', true), ''), '0')::integer;
-	class		integer := ('idem_outbox'::regclass::oid::bigint - 2147483648)::integer;
-	id			integer := hashtext(tenant || chr(1) || topic || chr(1) || ordering_key);
+	id			bigint := hashtextextended(tenant || chr(1) || topic || chr(1) || ordering_key,
+										   'idem_outbox'::regclass::oid::bigint);
 BEGIN
 	IF taken >= idem_sql_claim_locks() THEN
 		RETURN NOT exclusive;
 	END IF;
 	IF exclusive THEN
-		IF NOT pg_try_advisory_xact_lock(class, id) THEN
+		IF NOT pg_try_advisory_xact_lock(id) THEN
 			RETURN false;
 		END IF;
 	ELSE
-		PERFORM pg_advisory_xact_lock_shared(class, id);
+		PERFORM pg_advisory_xact_lock_shared(id);
 	END IF;
 	PERFORM set_config('idem.sql_claim_locks', (taken + 1)::text, true);
 	RETURN true;
@@ -1248,6 +1383,7 @@ DECLARE
 									 idem_sql_guc('idem.outbox_max_attempts', '10')::integer);
 	m			idem_outbox;
 BEGIN
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('topic', p_topic);
 	PERFORM idem_sql_check_name('key', p_key);
@@ -1327,12 +1463,12 @@ AS $$
 DECLARE
 	now			timestamptz := clock_timestamp();
 	lease_end	timestamptz;
-	own			text := pg_current_xact_id_if_assigned()::text;
 	taken		integer := 0;
 	s			text;
 	m			idem_outbox;
 	c			refcursor;
 BEGIN
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('topic', p_topic);
 	IF max_messages IS NULL THEN
 		RAISE EXCEPTION 'max_messages must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -1358,7 +1494,7 @@ BEGIN
 		   AND NOT EXISTS (SELECT FROM idem_pause p
 							WHERE p.topic = o.topic
 							  AND (p.tenant IS NULL OR p.tenant = o.tenant))
-		   AND (own IS NULL OR o.xmin::text <> own)
+		   AND NOT idem_sql_own(o.xmin)
 		 ORDER BY o.not_before, o.id
 		   FOR UPDATE SKIP LOCKED;
 	WHILE taken < max_messages LOOP
@@ -1436,9 +1572,7 @@ DECLARE
 	s			text;
 	keep		interval;
 BEGIN
-	IF how = 'requeue' THEN
-		PERFORM idem_sql_check_tool(role, 'idem_requeue(bigint)');
-	END IF;
+	PERFORM idem_sql_check_caller();
 	IF p_id IS NULL THEN
 		RAISE EXCEPTION 'id must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
@@ -1557,6 +1691,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 BEGIN
+	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('topic', p_topic);
 	PERFORM idem_sql_check_name('key', p_key);
@@ -1589,8 +1724,10 @@ END
 $$;
 --@ end
 
---@ body idem_tenant() LANGUAGE sql
-	SELECT idem_sql_bound_tenant(current_user::regrole::oid)
+--@ body idem_tenant() LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_bound_tenant(current_user::regrole::oid));
+END
 --@ end
 
 --@ body idem_bind(regrole, text) LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, @extschema@, pg_temp
@@ -1611,84 +1748,116 @@ BEGIN
 END
 --@ end
 
---@ body idem_claim(text, text, text, bytea, boolean, interval, interval, interval) LANGUAGE sql
-	SELECT * FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
+--@ body idem_claim(text, text, text, bytea, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
+	  FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
 								 idem_sql_digest(fingerprint), wait, lease,
-								 retention, wait_timeout, false)
+								 retention, wait_timeout, false);
+END
 --@ end
 
---@ body idem_claim(text, text, text, text, boolean, interval, interval, interval) LANGUAGE sql
-	SELECT * FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
+--@ body idem_claim(text, text, text, text, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
+	  FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
 								 idem_sql_digest(fingerprint), wait, lease,
-								 retention, wait_timeout, false)
+								 retention, wait_timeout, false);
+END
 --@ end
 
---@ body idem_claim(text, text, text, jsonb, boolean, interval, interval, interval) LANGUAGE sql
-	SELECT * FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
+--@ body idem_claim(text, text, text, jsonb, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
+	  FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
 								 idem_sql_digest(fingerprint), wait, lease,
-								 retention, wait_timeout, false)
+								 retention, wait_timeout, false);
+END
 --@ end
 
---@ body idem_replay(text, text, text, bytea) LANGUAGE sql
+--@ body idem_replay(text, text, text, bytea) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN QUERY
 	SELECT * FROM idem_sql_replay(current_user::regrole::oid, tenant, endpoint,
-								  key, idem_sql_digest(fingerprint))
+								  key, idem_sql_digest(fingerprint));
+END
 --@ end
 
---@ body idem_replay(text, text, text, text) LANGUAGE sql
+--@ body idem_replay(text, text, text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN QUERY
 	SELECT * FROM idem_sql_replay(current_user::regrole::oid, tenant, endpoint,
-								  key, idem_sql_digest(fingerprint))
+								  key, idem_sql_digest(fingerprint));
+END
 --@ end
 
---@ body idem_replay(text, text, text, jsonb) LANGUAGE sql
+--@ body idem_replay(text, text, text, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN QUERY
 	SELECT * FROM idem_sql_replay(current_user::regrole::oid, tenant, endpoint,
-								  key, idem_sql_digest(fingerprint))
+								  key, idem_sql_digest(fingerprint));
+END
 --@ end
 
---@ body idem_complete(text, text, text, integer, bytea, integer, jsonb) LANGUAGE sql
-	SELECT FROM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
-								endpoint, key, status, body, attempt, headers)
+--@ body idem_complete(text, text, text, integer, bytea, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	PERFORM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
+								endpoint, key, status, body, attempt, headers);
+END
 --@ end
 
---@ body idem_complete(text, text, text, integer, text, integer, jsonb) LANGUAGE sql
-	SELECT FROM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
+--@ body idem_complete(text, text, text, integer, text, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	PERFORM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
 								endpoint, key, status,
 								convert_to(body, getdatabaseencoding()),
-								attempt, headers)
+								attempt, headers);
+END
 --@ end
 
---@ body idem_complete(text, text, text, integer, jsonb, integer, jsonb) LANGUAGE sql
-	SELECT FROM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
+--@ body idem_complete(text, text, text, integer, jsonb, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	PERFORM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
 								endpoint, key, status,
 								convert_to(body::text, getdatabaseencoding()),
-								attempt, headers)
+								attempt, headers);
+END
 --@ end
 
---@ body idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) LANGUAGE sql
-	SELECT FROM idem_sql_finish(current_user::regrole::oid,
+--@ body idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	PERFORM idem_sql_finish(current_user::regrole::oid,
 								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
 								tenant, endpoint, key, status, body, attempt,
-								headers)
+								headers);
+END
 --@ end
 
---@ body idem_fail(text, text, text, integer, text, boolean, integer, jsonb) LANGUAGE sql
-	SELECT FROM idem_sql_finish(current_user::regrole::oid,
+--@ body idem_fail(text, text, text, integer, text, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	PERFORM idem_sql_finish(current_user::regrole::oid,
 								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
 								tenant, endpoint, key, status,
 								convert_to(body, getdatabaseencoding()),
-								attempt, headers)
+								attempt, headers);
+END
 --@ end
 
---@ body idem_fail(text, text, text, integer, jsonb, boolean, integer, jsonb) LANGUAGE sql
-	SELECT FROM idem_sql_finish(current_user::regrole::oid,
+--@ body idem_fail(text, text, text, integer, jsonb, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	PERFORM idem_sql_finish(current_user::regrole::oid,
 								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
 								tenant, endpoint, key, status,
 								convert_to(body::text, getdatabaseencoding()),
-								attempt, headers)
+								attempt, headers);
+END
 --@ end
 
---@ body idem_release(text, text, text, integer) LANGUAGE sql
-	SELECT idem_sql_finish(current_user::regrole::oid, 'release', tenant,
-						   endpoint, key, NULL, NULL, attempt, NULL)
+--@ body idem_release(text, text, text, integer) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_finish(current_user::regrole::oid, 'release', tenant,
+						   endpoint, key, NULL, NULL, attempt, NULL));
+END
 --@ end
 
 --@ body idem_purge() LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, @extschema@, pg_temp
@@ -1736,170 +1905,240 @@ BEGIN
 END
 --@ end
 
---@ body idem_list(text, text, boolean, integer) LANGUAGE sql
+--@ body idem_list(text, text, boolean, integer) LANGUAGE sql SET search_path = pg_catalog, @extschema@, pg_temp
 	SELECT r.endpoint, r.key, r.state, r.retryable, r.status, r.attempt,
 		   r.created_at, r.claimed_at, r.lease_expires_at, r.finished_at,
 		   r.expires_at, CASE WHEN with_body THEN r.body END,
 		   CASE WHEN with_body THEN r.headers END, r.trace
-	  FROM idem_sql_list(current_user::regrole::oid, tenant, endpoint, max_rows) r
+	  FROM idem_sql_list_as_caller(tenant, endpoint, max_rows) r
 --@ end
 
---@ body idem_forget(text, text, text) LANGUAGE sql
-	SELECT idem_sql_forget(current_user::regrole::oid, tenant, endpoint, key)
+--@ body idem_forget(text, text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_forget(current_user::regrole::oid, tenant, endpoint, key));
+END
 --@ end
 
---@ body idem_freeze(text, text, text, timestamptz) LANGUAGE sql
-	SELECT idem_sql_freeze(current_user::regrole::oid, tenant, endpoint, reason,
-						   until, false)
+--@ body idem_freeze(text, text, text, timestamptz) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_freeze(current_user::regrole::oid, tenant, endpoint, reason,
+						   until, false));
+END
 --@ end
 
---@ body idem_thaw(text, text) LANGUAGE sql
-	SELECT idem_sql_freeze(current_user::regrole::oid, tenant, endpoint, NULL,
-						   NULL, true)
+--@ body idem_thaw(text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_freeze(current_user::regrole::oid, tenant, endpoint, NULL,
+						   NULL, true));
+END
 --@ end
 
---@ body idem_frozen(text, text) LANGUAGE sql
-	SELECT * FROM idem_sql_frozen_row(current_user::regrole::oid, tenant, endpoint)
+--@ body idem_frozen(text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN QUERY
+	SELECT * FROM idem_sql_frozen_row(current_user::regrole::oid, tenant, endpoint);
+END
 --@ end
 
---@ body idem_pause(text, text) LANGUAGE sql
-	SELECT idem_sql_pause(current_user::regrole::oid, topic, tenant, false)
+--@ body idem_pause(text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_pause(current_user::regrole::oid, topic, tenant, false));
+END
 --@ end
 
---@ body idem_resume(text, text) LANGUAGE sql
-	SELECT idem_sql_pause(current_user::regrole::oid, topic, tenant, true)
+--@ body idem_resume(text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_pause(current_user::regrole::oid, topic, tenant, true));
+END
 --@ end
 
---@ body idem_budget(text, text, integer, interval) LANGUAGE sql
-	SELECT idem_sql_budget(current_user::regrole::oid, tenant, task, attempts,
-						   ttl, false)
+--@ body idem_budget(text, text, integer, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_budget(current_user::regrole::oid, tenant, task, attempts,
+						   ttl, false));
+END
 --@ end
 
---@ body idem_spend(text, text, integer) LANGUAGE sql
-	SELECT idem_sql_budget(current_user::regrole::oid, tenant, task, n, NULL,
-						   true)
+--@ body idem_spend(text, text, integer) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_budget(current_user::regrole::oid, tenant, task, n, NULL,
+						   true));
+END
 --@ end
 
---@ body idem_suspects(interval, interval) LANGUAGE sql
-	SELECT * FROM idem_sql_suspects(current_user::regrole::oid, since, within)
+--@ body idem_suspects(interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN QUERY
+	SELECT * FROM idem_sql_suspects(current_user::regrole::oid, since, within);
+END
 --@ end
 
---@ body idem_claim_many(text, text, text[], bytea[], interval, interval) LANGUAGE sql
+--@ body idem_claim_many(text, text, text[], bytea[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN QUERY
 	SELECT * FROM idem_sql_claim_many(current_user::regrole::oid, tenant, endpoint,
 									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
 											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
-									  lease, retention)
+									  lease, retention);
+END
 --@ end
 
---@ body idem_claim_many(text, text, text[], text[], interval, interval) LANGUAGE sql
+--@ body idem_claim_many(text, text, text[], text[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN QUERY
 	SELECT * FROM idem_sql_claim_many(current_user::regrole::oid, tenant, endpoint,
 									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
 											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
-									  lease, retention)
+									  lease, retention);
+END
 --@ end
 
---@ body idem_claim_many(text, text, text[], jsonb[], interval, interval) LANGUAGE sql
+--@ body idem_claim_many(text, text, text[], jsonb[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN QUERY
 	SELECT * FROM idem_sql_claim_many(current_user::regrole::oid, tenant, endpoint,
 									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
 											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
-									  lease, retention)
+									  lease, retention);
+END
 --@ end
 
---@ body idem_complete_many(text, text, text[], integer[], bytea[], integer[], jsonb[]) LANGUAGE sql
-	SELECT idem_sql_finish_many(current_user::regrole::oid, 'complete', tenant,
+--@ body idem_complete_many(text, text, text[], integer[], bytea[], integer[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_finish_many(current_user::regrole::oid, 'complete', tenant,
 								endpoint, keys, statuses, bodies, attempts,
-								headers)
+								headers));
+END
 --@ end
 
---@ body idem_fail_many(text, text, text[], integer[], bytea[], boolean, integer[], jsonb[]) LANGUAGE sql
-	SELECT idem_sql_finish_many(current_user::regrole::oid,
+--@ body idem_fail_many(text, text, text[], integer[], bytea[], boolean, integer[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_finish_many(current_user::regrole::oid,
 								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
 								tenant, endpoint, keys, statuses, bodies,
-								attempts, headers)
+								attempts, headers));
+END
 --@ end
 
---@ body idem_enqueue(text, text, text, bytea, jsonb, timestamptz, text, integer, boolean) LANGUAGE sql
-	SELECT * FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
+--@ body idem_enqueue(text, text, text, bytea, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	SELECT * INTO outcome, id, state, created_at
+	  FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
 								   payload, headers, not_before, ordering_key,
-								   max_attempts, redeliver)
+								   max_attempts, redeliver);
+END
 --@ end
 
---@ body idem_enqueue(text, text, text, text, jsonb, timestamptz, text, integer, boolean) LANGUAGE sql
-	SELECT * FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
+--@ body idem_enqueue(text, text, text, text, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	SELECT * INTO outcome, id, state, created_at
+	  FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
 								   convert_to(payload, getdatabaseencoding()),
 								   headers, not_before, ordering_key,
-								   max_attempts, redeliver)
+								   max_attempts, redeliver);
+END
 --@ end
 
---@ body idem_enqueue(text, text, text, jsonb, jsonb, timestamptz, text, integer, boolean) LANGUAGE sql
-	SELECT * FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
+--@ body idem_enqueue(text, text, text, jsonb, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	SELECT * INTO outcome, id, state, created_at
+	  FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
 								   convert_to(payload::text, getdatabaseencoding()),
 								   headers, not_before, ordering_key,
-								   max_attempts, redeliver)
+								   max_attempts, redeliver);
+END
 --@ end
 
---@ body idem_take(text, integer, interval, text) LANGUAGE sql
-	SELECT * FROM idem_sql_take(current_user::regrole::oid, topic, max_messages,
-								lease, tenant)
+--@ body idem_take(text, integer, interval, text) LANGUAGE sql SET search_path = pg_catalog, @extschema@, pg_temp
+	SELECT * FROM idem_sql_take_as_caller(topic, max_messages, lease, tenant)
 --@ end
 
---@ body idem_delivered(bigint, integer, integer, bytea) LANGUAGE sql
-	SELECT FROM idem_sql_finish_message(current_user::regrole::oid, 'delivered',
-										id, attempt, status, body, NULL, NULL)
+--@ body idem_delivered(bigint, integer, integer, bytea) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	PERFORM idem_sql_finish_message(current_user::regrole::oid, 'delivered',
+										id, attempt, status, body, NULL, NULL);
+END
 --@ end
 
---@ body idem_retry(bigint, integer, text, interval) LANGUAGE sql
-	SELECT idem_sql_finish_message(current_user::regrole::oid, 'retry', id,
-								   attempt, NULL, NULL, error, after)
+--@ body idem_retry(bigint, integer, text, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN (SELECT idem_sql_finish_message(current_user::regrole::oid, 'retry', id,
+								   attempt, NULL, NULL, error, after));
+END
 --@ end
 
---@ body idem_dead(bigint, integer, text) LANGUAGE sql
-	SELECT FROM idem_sql_finish_message(current_user::regrole::oid, 'dead', id,
-										attempt, NULL, NULL, error, NULL)
+--@ body idem_dead(bigint, integer, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	PERFORM idem_sql_finish_message(current_user::regrole::oid, 'dead', id,
+										attempt, NULL, NULL, error, NULL);
+END
 --@ end
 
---@ body idem_requeue(bigint) LANGUAGE sql
-	SELECT FROM idem_sql_finish_message(current_user::regrole::oid, 'requeue', id,
-										NULL, NULL, NULL, NULL, NULL)
+--@ body idem_requeue(bigint) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	PERFORM idem_sql_finish_message(current_user::regrole::oid, 'requeue', id,
+										NULL, NULL, NULL, NULL, NULL);
+END
 --@ end
 
---@ body idem_message(text, text, text) LANGUAGE sql
-	SELECT * FROM idem_sql_message(current_user::regrole::oid, tenant, topic, key)
+--@ body idem_message(text, text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+BEGIN
+	RETURN QUERY
+	SELECT * FROM idem_sql_message(current_user::regrole::oid, tenant, topic, key);
+END
 --@ end
 
---@ body idem_enqueue_many(text, text, text[], bytea[], jsonb[]) LANGUAGE sql
-	SELECT k.key, e.outcome, e.id, e.state, e.created_at
-	  FROM (SELECT idem_sql_check_array('keys', keys, NULL, false, false) AS n) c,
-		   LATERAL (SELECT idem_sql_check_array('payloads', payloads, c.n, false, false),
-						   idem_sql_check_array('headers', headers, c.n, true, true)) v,
-		   LATERAL unnest(keys, payloads) WITH ORDINALITY AS k(key, payload, i),
-		   LATERAL idem_sql_enqueue(current_user::regrole::oid, tenant, topic, k.key,
-									k.payload, headers[k.i], NULL, NULL, NULL, true) e
-	 ORDER BY k.i
+--@ body idem_enqueue_many(text, text, text[], bytea[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+DECLARE
+	n			integer := idem_sql_check_array('keys', keys, NULL, false, false);
+	e			record;
+BEGIN
+	PERFORM idem_sql_check_array('payloads', payloads, n, false, false);
+	PERFORM idem_sql_check_array('headers', headers, n, true, true);
+	PERFORM idem_sql_check_name('key', k) FROM unnest(keys) k;
+	FOR i IN 1 .. n LOOP
+		e := idem_sql_enqueue(current_user::regrole::oid, tenant, topic, keys[i],
+							  payloads[i], headers[i],
+							  NULL, NULL, NULL, true);
+		key := keys[i]; outcome := e.outcome; id := e.id; state := e.state;
+		created_at := e.created_at;
+		RETURN NEXT;
+	END LOOP;
+END
 --@ end
 
---@ body idem_enqueue_many(text, text, text[], jsonb[], jsonb[]) LANGUAGE sql
-	SELECT k.key, e.outcome, e.id, e.state, e.created_at
-	  FROM (SELECT idem_sql_check_array('keys', keys, NULL, false, false) AS n) c,
-		   LATERAL (SELECT idem_sql_check_array('payloads', payloads, c.n, false, false),
-						   idem_sql_check_array('headers', headers, c.n, true, true)) v,
-		   LATERAL unnest(keys, payloads) WITH ORDINALITY AS k(key, payload, i),
-		   LATERAL idem_sql_enqueue(current_user::regrole::oid, tenant, topic, k.key,
-									convert_to(k.payload::text, getdatabaseencoding()),
-									headers[k.i], NULL, NULL, NULL, true) e
-	 ORDER BY k.i
+--@ body idem_enqueue_many(text, text, text[], jsonb[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+DECLARE
+	n			integer := idem_sql_check_array('keys', keys, NULL, false, false);
+	e			record;
+BEGIN
+	PERFORM idem_sql_check_array('payloads', payloads, n, false, false);
+	PERFORM idem_sql_check_array('headers', headers, n, true, true);
+	PERFORM idem_sql_check_name('key', k) FROM unnest(keys) k;
+	FOR i IN 1 .. n LOOP
+		e := idem_sql_enqueue(current_user::regrole::oid, tenant, topic, keys[i],
+							  convert_to(payloads[i]::text, getdatabaseencoding()), headers[i],
+							  NULL, NULL, NULL, true);
+		key := keys[i]; outcome := e.outcome; id := e.id; state := e.state;
+		created_at := e.created_at;
+		RETURN NEXT;
+	END LOOP;
+END
 --@ end
 
---@ body idem_delivered_many(bigint[], integer[], integer[], bytea[]) LANGUAGE sql
-	SELECT FROM (SELECT idem_sql_check_array('ids', ids, NULL, false, false) AS n) c,
-		   LATERAL (SELECT idem_sql_check_array('attempts', attempts, c.n, false, false),
-						   idem_sql_check_array('statuses', statuses, c.n, true, true),
-						   idem_sql_check_array('bodies', bodies, c.n, true, true)) v,
-		   LATERAL (SELECT count(idem_sql_finish_message(current_user::regrole::oid,
-														 'delivered', d.id, d.attempt,
-														 statuses[d.i], bodies[d.i],
-														 NULL, NULL))
-					  FROM unnest(ids, attempts) WITH ORDINALITY AS d(id, attempt, i)) f
+--@ body idem_delivered_many(bigint[], integer[], integer[], bytea[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+DECLARE
+	n			integer := idem_sql_check_array('ids', ids, NULL, false, false);
+BEGIN
+	PERFORM idem_sql_check_array('attempts', attempts, n, false, false);
+	PERFORM idem_sql_check_array('statuses', statuses, n, true, true);
+	PERFORM idem_sql_check_array('bodies', bodies, n, true, true);
+	FOR i IN 1 .. n LOOP
+		PERFORM idem_sql_finish_message(current_user::regrole::oid, 'delivered',
+										ids[i], attempts[i], statuses[i],
+										bodies[i], NULL, NULL);
+	END LOOP;
+END
 --@ end
 
 --@ body idem_stats_read() LANGUAGE plpgsql

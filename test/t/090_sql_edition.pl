@@ -68,9 +68,22 @@ is(install('appdb'), '', 'the same script again: no error');
 is($node->safe_psql('appdb', q{
 	SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace}),
 	$objects, 'and nothing changed');
+# a schema where others may create objects is refused; another schema serves
+# callers whose search_path does not name it
+$node->safe_psql('postgres', q{CREATE DATABASE opendb OWNER app});
+$node->safe_psql('opendb', q{GRANT CREATE ON SCHEMA public TO PUBLIC});
+like(install('opendb'), qr/ERROR:  schema "public" lets other roles create objects/,
+	'a schema where PUBLIC may create objects is refused');
+$node->safe_psql('opendb', q{CREATE SCHEMA idem AUTHORIZATION app; GRANT USAGE ON SCHEMA idem TO PUBLIC});
+{
+	local $ENV{PGOPTIONS} = '-c search_path=idem';
+	is(install('opendb'), '', 'idem.sql in a schema of its own');
+}
+is($node->safe_psql('opendb', q{SELECT outcome FROM idem.idem_claim('t', 'e', 'k')}),
+	'claimed', 'called with its schema, from a search_path without it');
+
 $node->safe_psql('appdb', q{
 	GRANT USAGE ON SCHEMA public TO PUBLIC;
-	GRANT CREATE ON SCHEMA public TO acme_role;
 	CREATE TABLE effects (key text);
 	GRANT ALL ON effects TO PUBLIC;
 });
@@ -120,6 +133,16 @@ like($err, qr/ERROR:  55000: idem_complete\(\): idem key "k3" of endpoint "POST 
 	SELECT outcome FROM idem_claim('t', 'POST /o', 'k4');
 });
 is($out, "claimed\n\nunknown", 'a committed claim past its lease is unknown');
+($ret, $out) = as('stray', q{
+	BEGIN;
+	SAVEPOINT s;
+	SELECT outcome FROM idem_claim('t', 'POST /o', 'own', lease => '20 s');
+	RELEASE s;
+	SELECT outcome, clock_timestamp() - statement_timestamp() < interval '5 s'
+	  FROM idem_claim('t', 'POST /o', 'own', wait => true);
+	COMMIT;
+});
+is($out, "claimed\nin_progress|t", 'wait => true on its own claim, made in a subtransaction: in_progress at once');
 
 for my $case (
 	[ q{SELECT idem_claim(NULL, 'e', 'k')}, '22004', 'a NULL tenant' ],
@@ -256,10 +279,17 @@ unlike($log, qr/idem claim: .*not-logged/, 'a SET idem.log_outcomes by another r
 like($err, qr/ERROR:  42501:/, "idem_bind is the installer's");
 as('app', q{
 	SELECT idem_bind('acme_role', 'acme');
+	CREATE SCHEMA acme AUTHORIZATION acme_role;
+	GRANT USAGE ON SCHEMA acme TO PUBLIC;
+	SET search_path = acme, public;
 	CREATE FUNCTION acme_claim(tenant text) RETURNS text
 		LANGUAGE sql SECURITY DEFINER
 		AS $$ SELECT outcome FROM public.idem_claim(tenant, 'e', 'definer') $$;
 	ALTER FUNCTION acme_claim(text) OWNER TO acme_role;
+	CREATE FUNCTION acme_replay(tenant text) RETURNS bytea
+		LANGUAGE plpgsql SECURITY DEFINER
+		AS $$ BEGIN RETURN (SELECT body FROM public.idem_sql_replay(0, tenant, 'POST /o', 'k1', NULL)); END $$;
+	ALTER FUNCTION acme_replay(text) OWNER TO acme_role;
 });
 ($ret, $out) = as('acme_role', q{
 	SELECT idem_tenant();
@@ -269,17 +299,21 @@ for my $case (
 	[ 'acme_role', q{SELECT idem_claim('globex', 'e', 'b1')}, 'a bound role, another tenant' ],
 	[ 'acme_role', q{SELECT count(*) FROM idem_replay('t', 'POST /o', 'k1')}, 'a bound role replays no other tenant' ],
 	[ 'app', q{SET ROLE acme_role; SELECT idem_claim('globex', 'e', 'b2')}, 'SET ROLE into a bound role' ],
-	[ 'stray', q{SELECT acme_claim('globex')}, "a bound role's SECURITY DEFINER function" ],
+	[ 'stray', q{SELECT acme.acme_claim('globex')}, "a bound role's SECURITY DEFINER function" ],
 	[ 'acme_role', q{SELECT idem_sql_claim('stray'::regrole::oid, 'globex', 'e', 'b3', NULL, false, NULL, NULL, NULL, false)},
-	  'a bound role calling the worker with another role' ])
+	  'a bound role calling a worker with another role' ],
+	[ 'stray', q{SELECT acme.acme_replay('globex')}, "a bound role's SECURITY DEFINER function calling a worker" ],
+	[ 'acme_role', q{DO $$ BEGIN PERFORM idem_sql_replay(0, 'globex', 'POST /o', 'k1', NULL); END $$},
+	  'a DO block calling a worker' ])
 {
 	($ret, $out, $err) = as($case->[0], $case->[1]);
-	like($err, qr/ERROR:  42501: permission denied for idem tenant "(globex|t)"/, "$case->[2]: 42501");
+	like($err, qr/ERROR:  42501: permission denied for (idem tenant "(globex|t)"|function idem_sql_\w+)/,
+		"$case->[2]: 42501");
 }
 ($ret, $out, $err) = as('acme_role', q{SELECT count(*) FROM idem_record});
 like($err, qr/ERROR:  42501: permission denied for table idem_record/,
 	'a bound role cannot read the table');
-($ret, $out) = as('stray', q{SELECT acme_claim('acme')});
+($ret, $out) = as('stray', q{SELECT acme.acme_claim('acme')});
 is($out, 'claimed', 'the definer function claims in its tenant');
 as('app', q{INSERT INTO idem_setting VALUES ('idem.require_binding', 'on')});
 ($ret, $out, $err) = as('stray', q{SELECT idem_claim('t', 'e', 'unbound')});
@@ -287,7 +321,8 @@ like($err, qr/ERROR:  42501: .*\nDETAIL:  Role "stray" is bound to no idem tenan
 	'idem.require_binding refuses an unbound role');
 ($ret, $out, $err) = as('stray', q{
 	SELECT idem_sql_claim('app'::regrole::oid, 't', 'e', 'unbound', NULL, false, NULL, NULL, NULL, false)});
-like($err, qr/ERROR:  42501:/, 'naming the installer to the worker does not lift it');
+like($err, qr/ERROR:  42501: permission denied for function idem_sql_claim/,
+	'a worker refuses a call that is not from idem');
 as('app', q{DELETE FROM idem_setting});
 
 # a retry storm: 16 sessions, 40 keys, every effect at most once
