@@ -29,6 +29,13 @@
  *   every session); its later claims insert without one, and a claim that
  *   meets such an uncommitted claim waits for it, as wait => true does.
  *
+ * - Every function that runs as the role that installed idem, and every
+ *   API function, pins its search_path to pg_catalog, idem's schema and
+ *   pg_temp.  The helpers that run as their caller set none (a SET clause
+ *   costs every call, and keeps a SQL function from being inlined): idem's
+ *   functions call them under their pinned search_path, and a role that
+ *   calls one itself runs it with its own rights.
+ *
  * The directives below are read by generate.py; see its docstring.
  */
 
@@ -125,7 +132,7 @@ COMMENT ON FUNCTION idem_edition() IS
  * trusts the role it is passed: idem's API functions pass current_user,
  * as they run as their caller, and idem's workers pass on the role they
  * were passed.  A role that called a worker itself could name any role; so
- * the worker reads the call stack, where, under this function's
+ * the worker reads the call stack, where, under the worker's pinned
  * search_path, a function of idem's schema is named without its schema and
  * any other (a function of the same name elsewhere, a temporary one, a DO
  * block) with it, or is a SQL function, whose schema is not shown.  This
@@ -135,7 +142,6 @@ COMMENT ON FUNCTION idem_edition() IS
 CREATE FUNCTION idem_sql_check_caller()
 RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
 	stack		text;
@@ -166,7 +172,6 @@ $$;
 CREATE FUNCTION idem_sql_own(xmin xid)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	top			bigint := pg_current_xact_id_if_assigned()::text::bigint;
@@ -188,11 +193,15 @@ BEGIN
 END
 $$;
 
-/* A superuser-only setting of the SQL edition, as text, or the default */
+/*
+ * A superuser-only setting of the SQL edition, as text, or the default.
+ * Read by idem's functions that run as the role that installed idem, which
+ * alone may read idem_setting; a SQL function without a SET clause, so
+ * that it is inlined where it is read.
+ */
 CREATE FUNCTION idem_sql_setting(name text, fallback text)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, @extschema@, pg_temp
+LANGUAGE sql STABLE
 AS $$
 	SELECT coalesce((SELECT s.value FROM idem_setting s
 					  WHERE s.name = idem_sql_setting.name), fallback)
@@ -202,7 +211,6 @@ $$;
 CREATE FUNCTION idem_sql_guc(name text, fallback text)
 RETURNS text
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT coalesce(nullif(current_setting(name, true), ''), fallback)
 $$;
@@ -242,15 +250,17 @@ DECLARE
 	actors		oid[] := ARRAY[(SELECT oid FROM pg_roles WHERE rolname = session_user),
 							   set_role, role];
 	bound		text[];
-	exempt		boolean;
 BEGIN
 	PERFORM idem_sql_check_caller();
-	SELECT array_agg(DISTINCT b.tenant ORDER BY b.tenant) INTO bound
-	  FROM unnest(actors) AS a(actor)
-	  JOIN pg_roles r ON r.oid = a.actor
-	  JOIN idem_binding b
-		ON b.role::oid = a.actor
-		OR (NOT r.rolsuper AND pg_has_role(a.actor, b.role::oid, 'USAGE'));
+	/* no binding at all, as in a database of one tenant: nothing to join */
+	IF EXISTS (SELECT FROM idem_binding) THEN
+		SELECT array_agg(DISTINCT b.tenant ORDER BY b.tenant) INTO bound
+		  FROM unnest(actors) AS a(actor)
+		  JOIN pg_roles r ON r.oid = a.actor
+		  JOIN idem_binding b
+			ON b.role::oid = a.actor
+			OR (NOT r.rolsuper AND pg_has_role(a.actor, b.role::oid, 'USAGE'));
+	END IF;
 	IF cardinality(bound) > 1 THEN
 		RAISE EXCEPTION '%', CASE WHEN tenant IS NULL
 								  THEN 'permission denied for idem tenants'
@@ -262,8 +272,8 @@ BEGIN
 	IF cardinality(bound) = 1 THEN
 		RETURN bound[1];
 	END IF;
-	exempt := idem_sql_is_admin(role);
-	IF NOT exempt AND idem_sql_setting('idem.require_binding', 'off')::boolean THEN
+	IF idem_sql_setting('idem.require_binding', 'off')::boolean AND
+	   NOT idem_sql_is_admin(role) THEN
 		RAISE EXCEPTION '%', CASE WHEN tenant IS NULL
 								  THEN 'permission denied for idem tenants'
 								  ELSE format('permission denied for idem tenant "%s"', tenant) END
@@ -279,7 +289,6 @@ $$;
 CREATE FUNCTION idem_sql_check_tenant(role oid, tenant text)
 RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
 	bound		text := idem_sql_bound_tenant(role, tenant);
@@ -329,7 +338,6 @@ $$;
 CREATE FUNCTION idem_sql_require_primary_of(function text, "table" text)
 RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
 	sub			name;
@@ -339,11 +347,12 @@ BEGIN
 			USING ERRCODE = 'read_only_sql_transaction',
 				  HINT = 'Idempotency decisions need the primary server: connect to it.';
 	END IF;
-	SELECT s.subname INTO sub
-	  FROM pg_subscription_rel sr JOIN pg_subscription s ON s.oid = sr.srsubid
-	 WHERE sr.srrelid = "table"::regclass
-	 LIMIT 1;
-	IF FOUND THEN
+	IF EXISTS (SELECT FROM pg_subscription_rel sr
+				WHERE sr.srrelid = to_regclass("table")) THEN
+		SELECT s.subname INTO sub
+		  FROM pg_subscription_rel sr JOIN pg_subscription s ON s.oid = sr.srsubid
+		 WHERE sr.srrelid = to_regclass("table")
+		 LIMIT 1;
 		RAISE EXCEPTION 'cannot call % on a logical replication subscriber of table "%"', function, "table"
 			USING ERRCODE = 'read_only_sql_transaction',
 				  DETAIL = format('Subscription "%s" replicates %s into this database; a decision taken here would conflict with the publisher''s.', sub, "table"),
@@ -363,7 +372,6 @@ CREATE FUNCTION idem_sql_claim_times(now timestamptz, lease interval,
 									 OUT lease_expires_at timestamptz,
 									 OUT expires_at timestamptz)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
 	retry_window		interval := idem_sql_guc('idem.retry_window', '1h')::interval;
@@ -432,7 +440,6 @@ CREATE FUNCTION idem_sql_claim_lock(tenant text, endpoint text, key text,
 									wait boolean)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
 	taken		integer := coalesce(nullif(current_setting('idem.sql_claim_locks', true), ''), '0')::integer;
@@ -493,13 +500,11 @@ DECLARE
 	own			boolean;
 	floor		integer;
 BEGIN
-	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('endpoint', endpoint);
 	PERFORM idem_sql_check_name('key', key);
 	PERFORM idem_sql_check_tenant(role, tenant);
 	PERFORM idem_sql_require_primary('idem_claim()');
-	t := idem_sql_claim_times(now, lease, retention);
 	IF wait_timeout IS NOT NULL THEN
 		IF wait_timeout < '0' THEN
 			RAISE EXCEPTION 'wait_timeout must not be negative'
@@ -681,7 +686,6 @@ CREATE FUNCTION idem_sql_log(decision text, tenant text, scope text,
 							 conflict boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
 	mode		text := idem_sql_setting('idem.log_outcomes', 'off');
@@ -868,7 +872,6 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 BEGIN
-	PERFORM idem_sql_check_caller();
 	RETURN EXISTS (SELECT FROM idem_freeze f
 					WHERE f.tenant = idem_sql_frozen.tenant
 					  AND (f.endpoint IS NULL OR f.endpoint = idem_sql_frozen.endpoint)
@@ -1275,10 +1278,13 @@ END
 $$;
 
 /*
- * The settings only idem's functions read; the workers refuse every call
- * that is not from idem's functions (idem_sql_check_caller)
+ * What only idem's workers call, as the role that installed idem: no
+ * other role may.  The workers that idem's API functions call refuse every
+ * call that is not from idem's functions (idem_sql_check_caller).
  */
 REVOKE ALL ON FUNCTION idem_sql_setting(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_decide_claim(oid, text, text, text, bytea, boolean, interval, interval, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_frozen(text, text, timestamptz) FROM PUBLIC;
 --@ end
 
 --@ before CREATE FUNCTION idem_enqueue\(tenant text, topic text, key text,\s+payload bytea
@@ -1312,7 +1318,6 @@ CREATE FUNCTION idem_sql_order_lock(tenant text, topic text,
 									ordering_key text, exclusive boolean)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
 	taken		integer := coalesce(nullif(current_setting('idem.sql_claim_locks', true), ''), '0')::integer;
@@ -1338,7 +1343,6 @@ $$;
 CREATE FUNCTION idem_sql_outbox_retention()
 RETURNS interval
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
 	keep		interval := idem_sql_guc('idem.outbox_retention', '7d')::interval;
@@ -1672,7 +1676,6 @@ $$;
 CREATE FUNCTION idem_sql_backoff(n integer)
 RETURNS interval
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 	SELECT d / 2 + random() * d / 2
 	  FROM (SELECT least(idem_sql_guc('idem.outbox_backoff', '1s')::interval
