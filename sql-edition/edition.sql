@@ -8,13 +8,17 @@
  * How a call is made safe without a library:
  *
  * - The API functions run as their caller (SECURITY INVOKER, as in the C
- *   edition), and pass current_user to a worker function that runs as the
- *   role that installed idem (SECURITY DEFINER), the only role that may
- *   touch the tables.  A worker accepts a call from idem's own PL/pgSQL
- *   functions only (idem_sql_check_caller), so the role it is passed is the
- *   caller's current user.  It binds the call by the three roles the C
- *   edition binds it by: the session user and the role of SET ROLE, which
- *   it reads itself, and that current user (src/tenant.c has the rules).
+ *   edition) and call a worker that runs as the role that installed idem
+ *   (SECURITY DEFINER), the only role that may touch the tables.  A worker
+ *   cannot see who called it, so the caller hands it a ticket: a row the
+ *   caller inserted into idem_sql_ticket, whose CHECK constraints make its
+ *   role the inserter's current_user and its backend the inserter's.  The
+ *   worker consumes it (idem_sql_as) and binds the call by the three roles
+ *   the C edition binds it by: the session user and the role of SET ROLE,
+ *   which it reads itself, and the ticket's role (src/tenant.c has the
+ *   rules); an operator tool's worker also requires EXECUTE on the tool
+ *   for that role, as PostgreSQL checked it on the tool.  Whoever calls a
+ *   worker directly can only hand it a ticket of its own.
  * - Only the installer may create objects in idem's schema (checked when
  *   it is installed), so that nothing captures a call that idem's
  *   functions make under their search_path.
@@ -52,8 +56,8 @@
 /*
  * idem's functions run as the role that installed it, under a search_path
  * that names idem's schema: a role that may create objects there could
- * capture their calls.  So only the installer (and the roles it is a member
- * of, and superusers) may create objects in that schema.
+ * capture their calls.  So only the installer (itself, or as the database's
+ * owner through pg_database_owner) and superusers may create objects there.
  */
 DO $$
 DECLARE
@@ -67,7 +71,10 @@ BEGIN
 	 WHERE n.nspname OPERATOR(pg_catalog.=) pg_catalog.current_schema()
 	   AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
 	   AND (a.grantee OPERATOR(pg_catalog.=) 0 OR NOT (
-			pg_catalog.pg_has_role(current_user, a.grantee, 'MEMBER') OR
+			a.grantee OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r
+											   WHERE r.rolname OPERATOR(pg_catalog.=) current_user) OR
+			(a.grantee OPERATOR(pg_catalog.=) 'pg_database_owner'::pg_catalog.regrole AND
+			 pg_catalog.pg_has_role(current_user, a.grantee, 'MEMBER')) OR
 			(SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) a.grantee)));
 	IF creators IS NOT NULL THEN
 		RAISE EXCEPTION 'schema "%" lets other roles create objects', pg_catalog.current_schema()
@@ -127,39 +134,82 @@ COMMENT ON FUNCTION idem_edition() IS
 	'which edition of idem this is: sql (this one) or c';
 
 /*
- * Refuse a call of the worker that calls this unless a PL/pgSQL function
- * of idem's called it.  A worker runs as the role that installed idem and
- * trusts the role it is passed: idem's API functions pass current_user,
- * as they run as their caller, and idem's workers pass on the role they
- * were passed.  A role that called a worker itself could name any role; so
- * the worker reads the call stack, where, under the worker's pinned
- * search_path, a function of idem's schema is named without its schema and
- * any other (a function of the same name elsewhere, a temporary one, a DO
- * block) with it, or is a SQL function, whose schema is not shown.  This
- * holds while no role but the installer may CREATE in idem's schema, which
- * the install script checks.
+ * Tickets: who calls a worker (see the head of this file).  Any role may
+ * insert one, and the CHECK constraints make it name the inserting role
+ * and backend whatever the INSERT says; only the role that installed idem
+ * reads and deletes them.  Unlogged: a ticket lives for one call.
  */
-CREATE FUNCTION idem_sql_check_caller()
+CREATE UNLOGGED TABLE idem_sql_ticket (
+	id					bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	role				oid NOT NULL DEFAULT (current_user::regrole::oid)
+		CHECK (role = current_user::regrole::oid),
+	pid					integer NOT NULL DEFAULT pg_backend_pid()
+		CHECK (pid = pg_backend_pid())
+);
+
+COMMENT ON TABLE idem_sql_ticket IS
+	'who calls a worker of idem''s SQL edition: a row per call, consumed by the call';
+
+REVOKE ALL ON idem_sql_ticket FROM PUBLIC;
+GRANT INSERT ON idem_sql_ticket TO PUBLIC;
+GRANT SELECT (id) ON idem_sql_ticket TO PUBLIC;
+
+/* A ticket of the current role, for the worker about to be called */
+CREATE FUNCTION idem_sql_ticket()
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+	INSERT INTO idem_sql_ticket DEFAULT VALUES RETURNING id
+$$;
+
+/*
+ * The role whose ticket this is, the ticket consumed; 42501 for a ticket
+ * of another backend or none
+ */
+CREATE FUNCTION idem_sql_as(ticket bigint)
+RETURNS oid
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+	who			oid;
+BEGIN
+	DELETE FROM idem_sql_ticket t
+	 WHERE t.id = ticket AND t.pid = pg_backend_pid()
+	RETURNING t.role INTO who;
+	IF who IS NULL THEN
+		RAISE EXCEPTION 'permission denied: idem call without a ticket of its caller'
+			USING ERRCODE = 'insufficient_privilege',
+				  HINT = 'Call idem''s API functions.';
+	END IF;
+	RETURN who;
+END
+$$;
+
+/* An operator tool's worker: EXECUTE on the tool, for the role of the ticket */
+CREATE FUNCTION idem_sql_require_execute(role oid, tool text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-	stack		text;
-	frames		text[];
 BEGIN
-	GET DIAGNOSTICS stack = PG_CONTEXT;
-	frames := ARRAY(SELECT f FROM regexp_split_to_table(stack, E'\n') AS f
-					 WHERE f ~ '^(PL/pgSQL function|SQL function) ');
-	/* frames[1] is this function, frames[2] the worker, frames[3] its caller */
-	IF coalesce(frames[3], '') !~ '^PL/pgSQL function idem_[a-z_]+\(' THEN
-		RAISE EXCEPTION 'permission denied for function %',
-			substring(frames[2] FROM '^PL/pgSQL function ([a-z_]+)\(')
-			USING ERRCODE = 'insufficient_privilege',
-				  DETAIL = 'idem''s internal functions are for idem''s own functions.',
-				  HINT = 'Call idem''s API functions.';
+	IF NOT has_function_privilege(role, to_regprocedure(tool), 'EXECUTE') THEN
+		RAISE EXCEPTION 'permission denied for function %', split_part(tool, '(', 1)
+			USING ERRCODE = 'insufficient_privilege';
 	END IF;
 END
 $$;
+
+/*
+ * The salt of the keys' advisory locks, which only the role that installed
+ * idem reads: another role cannot compute the lock of a key to hold it
+ */
+CREATE TABLE idem_sql_secret (
+	lock_salt			bigint NOT NULL
+);
+
+INSERT INTO idem_sql_secret
+	SELECT ((random() - 0.5) * 9.2e18)::bigint;
+
+REVOKE ALL ON idem_sql_secret FROM PUBLIC;
 
 /*
  * Whether the row version of a row the caller read has this transaction's,
@@ -167,7 +217,8 @@ $$;
  * of the top transaction's, whose 64-bit id gives the epoch; the row was
  * visible, so its inserter is either this transaction or committed before
  * the current snapshot, whose xmax it then precedes.  (A row frozen over
- * 2^31 transactions ago may be mistaken for this transaction's.)
+ * 2^31 transactions ago may be mistaken for this transaction's: callers
+ * ask only of rows written since this transaction began.)
  */
 CREATE FUNCTION idem_sql_own(xmin xid)
 RETURNS boolean
@@ -251,7 +302,6 @@ DECLARE
 							   set_role, role];
 	bound		text[];
 BEGIN
-	PERFORM idem_sql_check_caller();
 	/* no binding at all, as in a database of one tenant: nothing to join */
 	IF EXISTS (SELECT FROM idem_binding) THEN
 		SELECT array_agg(DISTINCT b.tenant ORDER BY b.tenant) INTO bound
@@ -444,7 +494,7 @@ AS $$
 DECLARE
 	taken		integer := coalesce(nullif(current_setting('idem.sql_claim_locks', true), ''), '0')::integer;
 	id			bigint := hashtextextended(tenant || chr(1) || endpoint || chr(1) || key,
-										   'idem_record'::regclass::oid::bigint);
+										   (SELECT s.lock_salt FROM idem_sql_secret s));
 BEGIN
 	IF taken >= idem_sql_claim_locks() THEN
 		RETURN true;
@@ -525,7 +575,7 @@ BEGIN
 		ELSIF have_snap AND (snap.state = 'succeeded' OR (snap.state = 'failed' AND NOT snap.retryable)) THEN
 			outcome := 'replay';
 		ELSIF have_snap AND snap.state = 'pending' AND snap.lease_expires_at > now THEN
-			own := idem_sql_own((SELECT x.xmin FROM idem_record x
+			own := snap.claimed_at >= now() AND idem_sql_own((SELECT x.xmin FROM idem_record x
 								 WHERE x.tenant = idem_sql_decide_claim.tenant
 								   AND x.endpoint = idem_sql_decide_claim.endpoint
 								   AND x.key = idem_sql_decide_claim.key));
@@ -646,8 +696,8 @@ BEGIN
 END
 $$;
 
-/* A claim's decision and its log line (idem.log_outcomes) */
-CREATE FUNCTION idem_sql_claim(role oid, tenant text, endpoint text, key text,
+/* A claim's decision and its log line (idem.log_outcomes), as role */
+CREATE FUNCTION idem_sql_claim_as(role oid, tenant text, endpoint text, key text,
 							   digest bytea, wait boolean, lease interval,
 							   retention interval, wait_timeout interval,
 							   batch boolean,
@@ -662,7 +712,6 @@ AS $$
 DECLARE
 	c			record;
 BEGIN
-	PERFORM idem_sql_check_caller();
 	c := idem_sql_decide_claim(role, tenant, endpoint, key, digest, wait, lease,
 							   retention, wait_timeout, batch);
 	outcome := c.outcome; status := c.status; body := c.body;
@@ -718,10 +767,51 @@ END
 $$;
 
 /*
+ * Claim a key for the role whose ticket this is (idem_sql_ticket()): the
+ * entry of idem_claim
+ */
+CREATE FUNCTION idem_sql_claim(ticket bigint, tenant text, endpoint text,
+							   key text, digest bytea, wait boolean,
+							   lease interval, retention interval,
+							   wait_timeout interval,
+							   OUT outcome text, OUT status integer,
+							   OUT body bytea, OUT headers jsonb,
+							   OUT attempt integer,
+							   OUT created_at timestamptz,
+							   OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+DECLARE
+	c			record;
+BEGIN
+	c := idem_sql_claim_as(idem_sql_as(ticket), tenant, endpoint, key, digest,
+						   wait, lease, retention, wait_timeout, false);
+	outcome := c.outcome; status := c.status; body := c.body;
+	headers := c.headers; attempt := c.attempt; created_at := c.created_at;
+	expires_at := c.expires_at;
+END
+$$;
+
+/* Finish the key's pending claim for the role whose ticket this is */
+CREATE FUNCTION idem_sql_finish(ticket bigint, how text, tenant text,
+								endpoint text, key text, status integer,
+								body bytea, attempt integer, headers jsonb)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	RETURN idem_sql_finish_as(idem_sql_as(ticket), how, tenant, endpoint, key,
+							  status, body, attempt, headers);
+END
+$$;
+
+/*
  * What idem_claim would answer, without claiming (idem_replay): no row when
  * a claim would execute
  */
-CREATE FUNCTION idem_sql_replay(role oid, tenant text, endpoint text, key text,
+CREATE FUNCTION idem_sql_replay(ticket bigint, tenant text, endpoint text, key text,
 								digest bytea,
 								OUT outcome text, OUT status integer,
 								OUT body bytea, OUT headers jsonb,
@@ -734,10 +824,10 @@ SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
+	role			oid := idem_sql_as(ticket);
 	now			timestamptz := clock_timestamp();
 	r			idem_record;
 BEGIN
-	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('endpoint', endpoint);
 	PERFORM idem_sql_check_name('key', key);
@@ -778,7 +868,7 @@ $$;
  * complete, fail, fail_retryable or release.  False only for a release of a
  * claim already released.
  */
-CREATE FUNCTION idem_sql_finish(role oid, how text, tenant text,
+CREATE FUNCTION idem_sql_finish_as(role oid, how text, tenant text,
 								endpoint text, key text, status integer,
 								body bytea, attempt integer, headers jsonb)
 RETURNS boolean
@@ -795,7 +885,6 @@ DECLARE
 	now			timestamptz;
 	why			text;
 BEGIN
-	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('endpoint', endpoint);
 	PERFORM idem_sql_check_name('key', key);
@@ -829,8 +918,8 @@ BEGIN
 	PERFORM idem_sql_check_tenant(role, tenant);
 	PERFORM idem_sql_require_primary(function);
 	SELECT * INTO r FROM idem_record x
-	 WHERE x.tenant = idem_sql_finish.tenant AND x.endpoint = idem_sql_finish.endpoint
-	   AND x.key = idem_sql_finish.key
+	 WHERE x.tenant = idem_sql_finish_as.tenant AND x.endpoint = idem_sql_finish_as.endpoint
+	   AND x.key = idem_sql_finish_as.key
 	   FOR UPDATE;
 	now := clock_timestamp();
 	IF NOT FOUND OR idem_sql_expired(r, now) THEN
@@ -851,12 +940,12 @@ BEGIN
 	UPDATE idem_record x
 	   SET state = CASE how WHEN 'complete' THEN 'succeeded' ELSE 'failed' END,
 		   retryable = how IN ('fail_retryable', 'release'),
-		   status = idem_sql_finish.status,
-		   body = idem_sql_finish.body,
-		   headers = idem_sql_finish.headers,
+		   status = idem_sql_finish_as.status,
+		   body = idem_sql_finish_as.body,
+		   headers = idem_sql_finish_as.headers,
 		   finished_at = now
-	 WHERE x.tenant = idem_sql_finish.tenant AND x.endpoint = idem_sql_finish.endpoint
-	   AND x.key = idem_sql_finish.key;
+	 WHERE x.tenant = idem_sql_finish_as.tenant AND x.endpoint = idem_sql_finish_as.endpoint
+	   AND x.key = idem_sql_finish_as.key;
 	RETURN true;
 END
 $$;
@@ -896,14 +985,16 @@ LANGUAGE sql IMMUTABLE
 AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to(fingerprint::text, 'UTF8')) $$;
 
 /* A tenant's records for idem_list, newest first */
-CREATE FUNCTION idem_sql_list(role oid, p_tenant text, p_endpoint text,
+CREATE FUNCTION idem_sql_list(ticket bigint, p_tenant text, p_endpoint text,
 							  max_rows integer)
 RETURNS SETOF idem_record
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
+DECLARE
+	role			oid := idem_sql_as(ticket);
 BEGIN
-	PERFORM idem_sql_check_caller();
+	PERFORM idem_sql_require_execute(role, 'idem_list(text,text,boolean,integer)');
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_tenant(role, p_tenant);
 	IF max_rows IS NULL OR max_rows < 1 THEN
@@ -922,14 +1013,16 @@ $$;
  * The operator tools' workers: PostgreSQL checked EXECUTE on the tool, and
  * each checks the tenant binding, and runs as the role that installed idem.
  */
-CREATE FUNCTION idem_sql_forget(role oid, p_tenant text, p_endpoint text,
+CREATE FUNCTION idem_sql_forget(ticket bigint, p_tenant text, p_endpoint text,
 								p_key text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
+DECLARE
+	role			oid := idem_sql_as(ticket);
 BEGIN
-	PERFORM idem_sql_check_caller();
+	PERFORM idem_sql_require_execute(role, 'idem_forget(text,text,text)');
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('endpoint', p_endpoint);
 	PERFORM idem_sql_check_name('key', p_key);
@@ -941,15 +1034,17 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION idem_sql_freeze(role oid, p_tenant text, p_endpoint text,
+CREATE FUNCTION idem_sql_freeze(ticket bigint, p_tenant text, p_endpoint text,
 								p_reason text, p_until timestamptz,
 								thaw boolean)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
+DECLARE
+	role			oid := idem_sql_as(ticket);
 BEGIN
-	PERFORM idem_sql_check_caller();
+	PERFORM idem_sql_require_execute(role, CASE WHEN thaw THEN 'idem_thaw(text,text)' ELSE 'idem_freeze(text,text,text,timestamptz)' END);
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	IF p_endpoint IS NOT NULL THEN
 		PERFORM idem_sql_check_name('endpoint', p_endpoint);
@@ -982,13 +1077,14 @@ END
 $$;
 
 /* The freeze that makes a claim of (tenant, endpoint) answer frozen now */
-CREATE FUNCTION idem_sql_frozen_row(role oid, p_tenant text, p_endpoint text)
+CREATE FUNCTION idem_sql_frozen_row(ticket bigint, p_tenant text, p_endpoint text)
 RETURNS TABLE (reason text, until timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
+DECLARE
+	role			oid := idem_sql_as(ticket);
 BEGIN
-	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('endpoint', p_endpoint);
 	PERFORM idem_sql_check_tenant(role, p_tenant);
@@ -1002,14 +1098,16 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION idem_sql_pause(role oid, p_topic text, p_tenant text,
+CREATE FUNCTION idem_sql_pause(ticket bigint, p_topic text, p_tenant text,
 							   resume boolean)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
+DECLARE
+	role			oid := idem_sql_as(ticket);
 BEGIN
-	PERFORM idem_sql_check_caller();
+	PERFORM idem_sql_require_execute(role, CASE WHEN resume THEN 'idem_resume(text,text)' ELSE 'idem_pause(text,text)' END);
 	PERFORM idem_sql_check_name('topic', p_topic);
 	IF p_tenant IS NOT NULL THEN
 		PERFORM idem_sql_check_name('tenant', p_tenant);
@@ -1036,18 +1134,18 @@ $$;
  * creations, one UPDATE whose WHERE clause holds the total decides between
  * spends.
  */
-CREATE FUNCTION idem_sql_budget(role oid, p_tenant text, p_task text,
+CREATE FUNCTION idem_sql_budget(ticket bigint, p_tenant text, p_task text,
 								attempts integer, ttl interval, spend boolean)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
+	role			oid := idem_sql_as(ticket);
 	now			timestamptz := clock_timestamp();
 	b			record;
 	what		text := CASE WHEN spend THEN 'n' ELSE 'attempts' END;
 BEGIN
-	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('task', p_task);
 	IF attempts IS NULL THEN
@@ -1108,7 +1206,7 @@ END
 $$;
 
 /* One request under several keys (idem_suspects): see src/record.c */
-CREATE FUNCTION idem_sql_suspects(role oid, since interval, within interval)
+CREATE FUNCTION idem_sql_suspects(ticket bigint, since interval, within interval)
 RETURNS TABLE (tenant text, endpoint text, fingerprint bytea, keys text[],
 			   first_at timestamptz, last_at timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -1116,9 +1214,10 @@ SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
+	role			oid := idem_sql_as(ticket);
 	bound		text;
 BEGIN
-	PERFORM idem_sql_check_caller();
+	PERFORM idem_sql_require_execute(role, 'idem_suspects(interval,interval)');
 	bound := idem_sql_bound_tenant(role);
 	IF since IS NULL OR within IS NULL THEN
 		RAISE EXCEPTION '% must not be null', CASE WHEN since IS NULL THEN 'since' ELSE 'within' END
@@ -1191,7 +1290,7 @@ $$;
  * A batch of claims (idem_claim_many): each element what idem_claim would
  * answer, in order, without waiting and without a lock per key
  */
-CREATE FUNCTION idem_sql_claim_many(role oid, p_tenant text, p_endpoint text,
+CREATE FUNCTION idem_sql_claim_many(ticket bigint, p_tenant text, p_endpoint text,
 									p_keys text[], digests bytea[],
 									p_lease interval, p_retention interval)
 RETURNS TABLE (key text, outcome text, status integer, body bytea,
@@ -1201,14 +1300,14 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
+	role			oid := idem_sql_as(ticket);
 	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
 	c			record;
 BEGIN
-	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_array('fingerprints', digests, n, true, true);
 	PERFORM idem_sql_check_name('key', k) FROM unnest(p_keys) k;
 	FOR i IN 1 .. n LOOP
-		c := idem_sql_claim(role, p_tenant, p_endpoint, p_keys[i], digests[i],
+		c := idem_sql_claim_as(role, p_tenant, p_endpoint, p_keys[i], digests[i],
 							false, p_lease, p_retention, NULL, true);
 		key := p_keys[i];
 		outcome := c.outcome; status := c.status; body := c.body;
@@ -1220,7 +1319,7 @@ END
 $$;
 
 /* A batch of finishes (idem_complete_many, idem_fail_many): how many */
-CREATE FUNCTION idem_sql_finish_many(role oid, how text, p_tenant text,
+CREATE FUNCTION idem_sql_finish_many(ticket bigint, how text, p_tenant text,
 									 p_endpoint text, p_keys text[],
 									 statuses integer[], bodies bytea[],
 									 attempts integer[], p_headers jsonb[])
@@ -1229,16 +1328,16 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
+	role			oid := idem_sql_as(ticket);
 	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
 BEGIN
-	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_array('statuses', statuses, n, false, false);
 	PERFORM idem_sql_check_array('bodies', bodies, n, false, true);
 	PERFORM idem_sql_check_array('attempts', attempts, n, true, true);
 	PERFORM idem_sql_check_array('headers', p_headers, n, true, true);
 	PERFORM idem_sql_check_name('key', k) FROM unnest(p_keys) k;
 	FOR i IN 1 .. n LOOP
-		PERFORM idem_sql_finish(role, how, p_tenant, p_endpoint, p_keys[i],
+		PERFORM idem_sql_finish_as(role, how, p_tenant, p_endpoint, p_keys[i],
 								statuses[i], bodies[i], attempts[i],
 								p_headers[i]);
 	END LOOP;
@@ -1247,44 +1346,21 @@ END
 $$;
 
 /*
- * The two API functions whose arguments and result columns share a name,
- * which PL/pgSQL refuses, are SQL functions, and reach their workers
- * through these: a worker trusts the role only from a PL/pgSQL function of
- * idem's (idem_sql_check_caller).
- */
-CREATE FUNCTION idem_sql_list_as_caller(p_tenant text, p_endpoint text,
-										max_rows integer)
-RETURNS SETOF idem_record
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, @extschema@, pg_temp
-AS $$
-BEGIN
-	RETURN QUERY SELECT * FROM idem_sql_list(current_user::regrole::oid, p_tenant,
-											 p_endpoint, max_rows);
-END
-$$;
-
-CREATE FUNCTION idem_sql_take_as_caller(p_topic text, max_messages integer,
-										p_lease interval, p_tenant text)
-RETURNS TABLE (id bigint, tenant text, topic text, key text, payload bytea,
-			   headers jsonb, attempt integer, lease_expires_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, @extschema@, pg_temp
-AS $$
-BEGIN
-	RETURN QUERY SELECT * FROM idem_sql_take(current_user::regrole::oid, p_topic,
-											 max_messages, p_lease, p_tenant);
-END
-$$;
-
-/*
  * What only idem's workers call, as the role that installed idem: no
- * other role may.  The workers that idem's API functions call refuse every
- * call that is not from idem's functions (idem_sql_check_caller).
+ * other role may.  The workers that idem's API functions call need a
+ * ticket of the caller's.
  */
 REVOKE ALL ON FUNCTION idem_sql_setting(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_decide_claim(oid, text, text, text, bytea, boolean, interval, interval, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_claim_as(oid, text, text, text, bytea, boolean, interval, interval, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_finish_as(oid, text, text, text, text, integer, bytea, integer, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_frozen(text, text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_as(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_check_tenant(oid, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_require_execute(oid, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_claim_times(timestamptz, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_claim_lock(text, text, text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_log(text, text, text, text, text, text, boolean) FROM PUBLIC;
 --@ end
 
 --@ before CREATE FUNCTION idem_enqueue\(tenant text, topic text, key text,\s+payload bytea
@@ -1322,7 +1398,7 @@ AS $$
 DECLARE
 	taken		integer := coalesce(nullif(current_setting('idem.sql_claim_locks', true), ''), '0')::integer;
 	id			bigint := hashtextextended(tenant || chr(1) || topic || chr(1) || ordering_key,
-										   'idem_outbox'::regclass::oid::bigint);
+										   (SELECT s.lock_salt FROM idem_sql_secret s) # 1);
 BEGIN
 	IF taken >= idem_sql_claim_locks() THEN
 		RETURN NOT exclusive;
@@ -1370,7 +1446,7 @@ $$;
  * unique index decides between two enqueues, and the payload between
  * duplicate and mismatch
  */
-CREATE FUNCTION idem_sql_enqueue(role oid, p_tenant text, p_topic text,
+CREATE FUNCTION idem_sql_enqueue(ticket bigint, p_tenant text, p_topic text,
 								 p_key text, p_payload bytea, p_headers jsonb,
 								 p_not_before timestamptz,
 								 p_ordering_key text, p_max_attempts integer,
@@ -1381,13 +1457,13 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
+	role			oid := idem_sql_as(ticket);
 	now			timestamptz := clock_timestamp();
 	limit_bytes	bigint := idem_sql_setting('idem.max_body_size', '1024')::bigint * 1024;
 	max_attempts integer := coalesce(p_max_attempts,
 									 idem_sql_guc('idem.outbox_max_attempts', '10')::integer);
 	m			idem_outbox;
 BEGIN
-	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('topic', p_topic);
 	PERFORM idem_sql_check_name('key', p_key);
@@ -1456,7 +1532,7 @@ END
 $$;
 
 /* Lease up to max_messages due messages of a topic (idem_take) */
-CREATE FUNCTION idem_sql_take(role oid, p_topic text, max_messages integer,
+CREATE FUNCTION idem_sql_take(ticket bigint, p_topic text, max_messages integer,
 							  p_lease interval, p_tenant text)
 RETURNS TABLE (id bigint, tenant text, topic text, key text, payload bytea,
 			   headers jsonb, attempt integer, lease_expires_at timestamptz)
@@ -1465,6 +1541,7 @@ SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
+	role			oid := idem_sql_as(ticket);
 	now			timestamptz := clock_timestamp();
 	lease_end	timestamptz;
 	taken		integer := 0;
@@ -1472,7 +1549,6 @@ DECLARE
 	m			idem_outbox;
 	c			refcursor;
 BEGIN
-	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('topic', p_topic);
 	IF max_messages IS NULL THEN
 		RAISE EXCEPTION 'max_messages must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -1498,7 +1574,7 @@ BEGIN
 		   AND NOT EXISTS (SELECT FROM idem_pause p
 							WHERE p.topic = o.topic
 							  AND (p.tenant IS NULL OR p.tenant = o.tenant))
-		   AND NOT idem_sql_own(o.xmin)
+		   AND NOT (o.created_at >= now() AND idem_sql_own(o.xmin))
 		 ORDER BY o.not_before, o.id
 		   FOR UPDATE SKIP LOCKED;
 	WHILE taken < max_messages LOOP
@@ -1560,7 +1636,7 @@ $$;
  * it again (idem_requeue); the state it is left in.  The binding is the
  * caller's, checked before anything else is said of the message.
  */
-CREATE FUNCTION idem_sql_finish_message(role oid, how text, p_id bigint,
+CREATE FUNCTION idem_sql_finish_message(ticket bigint, how text, p_id bigint,
 										p_attempt integer, p_status integer,
 										p_body bytea, p_error text,
 										p_after interval)
@@ -1569,6 +1645,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
+	role			oid := idem_sql_as(ticket);
 	function	text := format('idem_%s()', how);
 	limit_bytes	bigint := idem_sql_setting('idem.max_body_size', '1024')::bigint * 1024;
 	now			timestamptz;
@@ -1576,7 +1653,9 @@ DECLARE
 	s			text;
 	keep		interval;
 BEGIN
-	PERFORM idem_sql_check_caller();
+	IF how = 'requeue' THEN
+		PERFORM idem_sql_require_execute(role, 'idem_requeue(bigint)');
+	END IF;
 	IF p_id IS NULL THEN
 		RAISE EXCEPTION 'id must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
@@ -1684,7 +1763,7 @@ AS $$
 $$;
 
 /* A message's state and the receiver's answer (idem_message) */
-CREATE FUNCTION idem_sql_message(role oid, p_tenant text, p_topic text,
+CREATE FUNCTION idem_sql_message(ticket bigint, p_tenant text, p_topic text,
 								 p_key text)
 RETURNS TABLE (id bigint, state text, attempt integer,
 			   not_before timestamptz, last_error text, status integer,
@@ -1693,8 +1772,9 @@ RETURNS TABLE (id bigint, state text, attempt integer,
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
+DECLARE
+	role			oid := idem_sql_as(ticket);
 BEGIN
-	PERFORM idem_sql_check_caller();
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('topic', p_topic);
 	PERFORM idem_sql_check_name('key', p_key);
@@ -1725,11 +1805,14 @@ BEGIN
 	END IF;
 END
 $$;
+
+REVOKE ALL ON FUNCTION idem_sql_order_lock(text, text, text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_outbox_retention() FROM PUBLIC;
 --@ end
 
 --@ body idem_tenant() LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_bound_tenant(current_user::regrole::oid));
+	RETURN idem_sql_bound_tenant(current_user::regrole::oid);
 END
 --@ end
 
@@ -1754,34 +1837,34 @@ END
 --@ body idem_claim(text, text, text, bytea, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
-	  FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
+	  FROM idem_sql_claim(idem_sql_ticket(), tenant, endpoint, key,
 								 idem_sql_digest(fingerprint), wait, lease,
-								 retention, wait_timeout, false);
+								 retention, wait_timeout);
 END
 --@ end
 
 --@ body idem_claim(text, text, text, text, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
-	  FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
+	  FROM idem_sql_claim(idem_sql_ticket(), tenant, endpoint, key,
 								 idem_sql_digest(fingerprint), wait, lease,
-								 retention, wait_timeout, false);
+								 retention, wait_timeout);
 END
 --@ end
 
 --@ body idem_claim(text, text, text, jsonb, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
-	  FROM idem_sql_claim(current_user::regrole::oid, tenant, endpoint, key,
+	  FROM idem_sql_claim(idem_sql_ticket(), tenant, endpoint, key,
 								 idem_sql_digest(fingerprint), wait, lease,
-								 retention, wait_timeout, false);
+								 retention, wait_timeout);
 END
 --@ end
 
 --@ body idem_replay(text, text, text, bytea) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_replay(current_user::regrole::oid, tenant, endpoint,
+	SELECT * FROM idem_sql_replay(idem_sql_ticket(), tenant, endpoint,
 								  key, idem_sql_digest(fingerprint));
 END
 --@ end
@@ -1789,7 +1872,7 @@ END
 --@ body idem_replay(text, text, text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_replay(current_user::regrole::oid, tenant, endpoint,
+	SELECT * FROM idem_sql_replay(idem_sql_ticket(), tenant, endpoint,
 								  key, idem_sql_digest(fingerprint));
 END
 --@ end
@@ -1797,21 +1880,21 @@ END
 --@ body idem_replay(text, text, text, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_replay(current_user::regrole::oid, tenant, endpoint,
+	SELECT * FROM idem_sql_replay(idem_sql_ticket(), tenant, endpoint,
 								  key, idem_sql_digest(fingerprint));
 END
 --@ end
 
 --@ body idem_complete(text, text, text, integer, bytea, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
+	PERFORM idem_sql_finish(idem_sql_ticket(), 'complete', tenant,
 								endpoint, key, status, body, attempt, headers);
 END
 --@ end
 
 --@ body idem_complete(text, text, text, integer, text, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
+	PERFORM idem_sql_finish(idem_sql_ticket(), 'complete', tenant,
 								endpoint, key, status,
 								convert_to(body, getdatabaseencoding()),
 								attempt, headers);
@@ -1820,7 +1903,7 @@ END
 
 --@ body idem_complete(text, text, text, integer, jsonb, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish(current_user::regrole::oid, 'complete', tenant,
+	PERFORM idem_sql_finish(idem_sql_ticket(), 'complete', tenant,
 								endpoint, key, status,
 								convert_to(body::text, getdatabaseencoding()),
 								attempt, headers);
@@ -1829,7 +1912,7 @@ END
 
 --@ body idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish(current_user::regrole::oid,
+	PERFORM idem_sql_finish(idem_sql_ticket(),
 								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
 								tenant, endpoint, key, status, body, attempt,
 								headers);
@@ -1838,7 +1921,7 @@ END
 
 --@ body idem_fail(text, text, text, integer, text, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish(current_user::regrole::oid,
+	PERFORM idem_sql_finish(idem_sql_ticket(),
 								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
 								tenant, endpoint, key, status,
 								convert_to(body, getdatabaseencoding()),
@@ -1848,7 +1931,7 @@ END
 
 --@ body idem_fail(text, text, text, integer, jsonb, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish(current_user::regrole::oid,
+	PERFORM idem_sql_finish(idem_sql_ticket(),
 								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
 								tenant, endpoint, key, status,
 								convert_to(body::text, getdatabaseencoding()),
@@ -1858,7 +1941,7 @@ END
 
 --@ body idem_release(text, text, text, integer) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_finish(current_user::regrole::oid, 'release', tenant,
+	RETURN (SELECT idem_sql_finish(idem_sql_ticket(), 'release', tenant,
 						   endpoint, key, NULL, NULL, attempt, NULL));
 END
 --@ end
@@ -1913,25 +1996,25 @@ END
 		   r.created_at, r.claimed_at, r.lease_expires_at, r.finished_at,
 		   r.expires_at, CASE WHEN with_body THEN r.body END,
 		   CASE WHEN with_body THEN r.headers END, r.trace
-	  FROM idem_sql_list_as_caller(tenant, endpoint, max_rows) r
+	  FROM idem_sql_list(idem_sql_ticket(), tenant, endpoint, max_rows) r
 --@ end
 
 --@ body idem_forget(text, text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_forget(current_user::regrole::oid, tenant, endpoint, key));
+	RETURN (SELECT idem_sql_forget(idem_sql_ticket(), tenant, endpoint, key));
 END
 --@ end
 
 --@ body idem_freeze(text, text, text, timestamptz) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_freeze(current_user::regrole::oid, tenant, endpoint, reason,
+	RETURN (SELECT idem_sql_freeze(idem_sql_ticket(), tenant, endpoint, reason,
 						   until, false));
 END
 --@ end
 
 --@ body idem_thaw(text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_freeze(current_user::regrole::oid, tenant, endpoint, NULL,
+	RETURN (SELECT idem_sql_freeze(idem_sql_ticket(), tenant, endpoint, NULL,
 						   NULL, true));
 END
 --@ end
@@ -1939,32 +2022,32 @@ END
 --@ body idem_frozen(text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_frozen_row(current_user::regrole::oid, tenant, endpoint);
+	SELECT * FROM idem_sql_frozen_row(idem_sql_ticket(), tenant, endpoint);
 END
 --@ end
 
 --@ body idem_pause(text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_pause(current_user::regrole::oid, topic, tenant, false));
+	RETURN (SELECT idem_sql_pause(idem_sql_ticket(), topic, tenant, false));
 END
 --@ end
 
 --@ body idem_resume(text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_pause(current_user::regrole::oid, topic, tenant, true));
+	RETURN (SELECT idem_sql_pause(idem_sql_ticket(), topic, tenant, true));
 END
 --@ end
 
 --@ body idem_budget(text, text, integer, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_budget(current_user::regrole::oid, tenant, task, attempts,
+	RETURN (SELECT idem_sql_budget(idem_sql_ticket(), tenant, task, attempts,
 						   ttl, false));
 END
 --@ end
 
 --@ body idem_spend(text, text, integer) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_budget(current_user::regrole::oid, tenant, task, n, NULL,
+	RETURN (SELECT idem_sql_budget(idem_sql_ticket(), tenant, task, n, NULL,
 						   true));
 END
 --@ end
@@ -1972,14 +2055,14 @@ END
 --@ body idem_suspects(interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_suspects(current_user::regrole::oid, since, within);
+	SELECT * FROM idem_sql_suspects(idem_sql_ticket(), since, within);
 END
 --@ end
 
 --@ body idem_claim_many(text, text, text[], bytea[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_claim_many(current_user::regrole::oid, tenant, endpoint,
+	SELECT * FROM idem_sql_claim_many(idem_sql_ticket(), tenant, endpoint,
 									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
 											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
 									  lease, retention);
@@ -1989,7 +2072,7 @@ END
 --@ body idem_claim_many(text, text, text[], text[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_claim_many(current_user::regrole::oid, tenant, endpoint,
+	SELECT * FROM idem_sql_claim_many(idem_sql_ticket(), tenant, endpoint,
 									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
 											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
 									  lease, retention);
@@ -1999,7 +2082,7 @@ END
 --@ body idem_claim_many(text, text, text[], jsonb[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_claim_many(current_user::regrole::oid, tenant, endpoint,
+	SELECT * FROM idem_sql_claim_many(idem_sql_ticket(), tenant, endpoint,
 									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
 											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
 									  lease, retention);
@@ -2008,7 +2091,7 @@ END
 
 --@ body idem_complete_many(text, text, text[], integer[], bytea[], integer[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_finish_many(current_user::regrole::oid, 'complete', tenant,
+	RETURN (SELECT idem_sql_finish_many(idem_sql_ticket(), 'complete', tenant,
 								endpoint, keys, statuses, bodies, attempts,
 								headers));
 END
@@ -2016,7 +2099,7 @@ END
 
 --@ body idem_fail_many(text, text, text[], integer[], bytea[], boolean, integer[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_finish_many(current_user::regrole::oid,
+	RETURN (SELECT idem_sql_finish_many(idem_sql_ticket(),
 								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
 								tenant, endpoint, keys, statuses, bodies,
 								attempts, headers));
@@ -2026,7 +2109,7 @@ END
 --@ body idem_enqueue(text, text, text, bytea, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	SELECT * INTO outcome, id, state, created_at
-	  FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
+	  FROM idem_sql_enqueue(idem_sql_ticket(), tenant, topic, key,
 								   payload, headers, not_before, ordering_key,
 								   max_attempts, redeliver);
 END
@@ -2035,7 +2118,7 @@ END
 --@ body idem_enqueue(text, text, text, text, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	SELECT * INTO outcome, id, state, created_at
-	  FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
+	  FROM idem_sql_enqueue(idem_sql_ticket(), tenant, topic, key,
 								   convert_to(payload, getdatabaseencoding()),
 								   headers, not_before, ordering_key,
 								   max_attempts, redeliver);
@@ -2045,7 +2128,7 @@ END
 --@ body idem_enqueue(text, text, text, jsonb, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	SELECT * INTO outcome, id, state, created_at
-	  FROM idem_sql_enqueue(current_user::regrole::oid, tenant, topic, key,
+	  FROM idem_sql_enqueue(idem_sql_ticket(), tenant, topic, key,
 								   convert_to(payload::text, getdatabaseencoding()),
 								   headers, not_before, ordering_key,
 								   max_attempts, redeliver);
@@ -2053,33 +2136,33 @@ END
 --@ end
 
 --@ body idem_take(text, integer, interval, text) LANGUAGE sql SET search_path = pg_catalog, @extschema@, pg_temp
-	SELECT * FROM idem_sql_take_as_caller(topic, max_messages, lease, tenant)
+	SELECT * FROM idem_sql_take(idem_sql_ticket(), topic, max_messages, lease, tenant)
 --@ end
 
 --@ body idem_delivered(bigint, integer, integer, bytea) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish_message(current_user::regrole::oid, 'delivered',
+	PERFORM idem_sql_finish_message(idem_sql_ticket(), 'delivered',
 										id, attempt, status, body, NULL, NULL);
 END
 --@ end
 
 --@ body idem_retry(bigint, integer, text, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_finish_message(current_user::regrole::oid, 'retry', id,
+	RETURN (SELECT idem_sql_finish_message(idem_sql_ticket(), 'retry', id,
 								   attempt, NULL, NULL, error, after));
 END
 --@ end
 
 --@ body idem_dead(bigint, integer, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish_message(current_user::regrole::oid, 'dead', id,
+	PERFORM idem_sql_finish_message(idem_sql_ticket(), 'dead', id,
 										attempt, NULL, NULL, error, NULL);
 END
 --@ end
 
 --@ body idem_requeue(bigint) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish_message(current_user::regrole::oid, 'requeue', id,
+	PERFORM idem_sql_finish_message(idem_sql_ticket(), 'requeue', id,
 										NULL, NULL, NULL, NULL, NULL);
 END
 --@ end
@@ -2087,7 +2170,7 @@ END
 --@ body idem_message(text, text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_message(current_user::regrole::oid, tenant, topic, key);
+	SELECT * FROM idem_sql_message(idem_sql_ticket(), tenant, topic, key);
 END
 --@ end
 
@@ -2100,7 +2183,7 @@ BEGIN
 	PERFORM idem_sql_check_array('headers', headers, n, true, true);
 	PERFORM idem_sql_check_name('key', k) FROM unnest(keys) k;
 	FOR i IN 1 .. n LOOP
-		e := idem_sql_enqueue(current_user::regrole::oid, tenant, topic, keys[i],
+		e := idem_sql_enqueue(idem_sql_ticket(), tenant, topic, keys[i],
 							  payloads[i], headers[i],
 							  NULL, NULL, NULL, true);
 		key := keys[i]; outcome := e.outcome; id := e.id; state := e.state;
@@ -2119,7 +2202,7 @@ BEGIN
 	PERFORM idem_sql_check_array('headers', headers, n, true, true);
 	PERFORM idem_sql_check_name('key', k) FROM unnest(keys) k;
 	FOR i IN 1 .. n LOOP
-		e := idem_sql_enqueue(current_user::regrole::oid, tenant, topic, keys[i],
+		e := idem_sql_enqueue(idem_sql_ticket(), tenant, topic, keys[i],
 							  convert_to(payloads[i]::text, getdatabaseencoding()), headers[i],
 							  NULL, NULL, NULL, true);
 		key := keys[i]; outcome := e.outcome; id := e.id; state := e.state;
@@ -2137,7 +2220,7 @@ BEGIN
 	PERFORM idem_sql_check_array('statuses', statuses, n, true, true);
 	PERFORM idem_sql_check_array('bodies', bodies, n, true, true);
 	FOR i IN 1 .. n LOOP
-		PERFORM idem_sql_finish_message(current_user::regrole::oid, 'delivered',
+		PERFORM idem_sql_finish_message(idem_sql_ticket(), 'delivered',
 										ids[i], attempts[i], statuses[i],
 										bodies[i], NULL, NULL);
 	END LOOP;

@@ -288,7 +288,7 @@ as('app', q{
 	ALTER FUNCTION acme_claim(text) OWNER TO acme_role;
 	CREATE FUNCTION acme_replay(tenant text) RETURNS bytea
 		LANGUAGE plpgsql SECURITY DEFINER
-		AS $$ BEGIN RETURN (SELECT body FROM public.idem_sql_replay(0, tenant, 'POST /o', 'k1', NULL)); END $$;
+		AS $$ BEGIN RETURN (SELECT body FROM public.idem_sql_replay(public.idem_sql_ticket(), tenant, 'POST /o', 'k1', NULL)); END $$;
 	ALTER FUNCTION acme_replay(text) OWNER TO acme_role;
 });
 ($ret, $out) = as('acme_role', q{
@@ -300,16 +300,26 @@ for my $case (
 	[ 'acme_role', q{SELECT count(*) FROM idem_replay('t', 'POST /o', 'k1')}, 'a bound role replays no other tenant' ],
 	[ 'app', q{SET ROLE acme_role; SELECT idem_claim('globex', 'e', 'b2')}, 'SET ROLE into a bound role' ],
 	[ 'stray', q{SELECT acme.acme_claim('globex')}, "a bound role's SECURITY DEFINER function" ],
-	[ 'acme_role', q{SELECT idem_sql_claim('stray'::regrole::oid, 'globex', 'e', 'b3', NULL, false, NULL, NULL, NULL, false)},
-	  'a bound role calling a worker with another role' ],
+	[ 'acme_role', q{SELECT idem_sql_claim(idem_sql_ticket(), 'globex', 'e', 'b3', NULL, false, NULL, NULL, NULL)},
+	  'a bound role calling a worker itself' ],
 	[ 'stray', q{SELECT acme.acme_replay('globex')}, "a bound role's SECURITY DEFINER function calling a worker" ],
-	[ 'acme_role', q{DO $$ BEGIN PERFORM idem_sql_replay(0, 'globex', 'POST /o', 'k1', NULL); END $$},
+	[ 'acme_role', q{DO $$ BEGIN PERFORM idem_sql_replay(idem_sql_ticket(), 'globex', 'POST /o', 'k1', NULL); END $$},
 	  'a DO block calling a worker' ])
 {
 	($ret, $out, $err) = as($case->[0], $case->[1]);
-	like($err, qr/ERROR:  42501: permission denied for (idem tenant "(globex|t)"|function idem_sql_\w+)/,
-		"$case->[2]: 42501");
+	like($err, qr/ERROR:  42501: permission denied for idem tenant "(globex|t)"/, "$case->[2]: 42501");
 }
+($ret, $out, $err) = as('acme_role', q{INSERT INTO idem_sql_ticket (role) VALUES ('stray'::regrole)});
+like($err, qr/ERROR:  23514: new row for relation "idem_sql_ticket" violates check constraint/,
+	'a ticket names the role that inserts it');
+($ret, $out, $err) = as('acme_role', q{SELECT idem_sql_replay(1, 'globex', 'POST /o', 'k1', NULL)});
+like($err, qr/ERROR:  42501: permission denied: idem call without a ticket of its caller/,
+	'a worker without a ticket of the caller refuses');
+($ret, $out, $err) = as('stray', q{SELECT idem_sql_list(idem_sql_ticket(), 't', NULL, 10)});
+like($err, qr/ERROR:  42501: permission denied for function idem_list/,
+	'an operator tool\'s worker needs EXECUTE on the tool');
+($ret, $out, $err) = as('acme_role', q{SELECT * FROM idem_sql_secret});
+like($err, qr/ERROR:  42501:/, 'the salt of the key locks is the installer\'s');
 ($ret, $out, $err) = as('acme_role', q{SELECT count(*) FROM idem_record});
 like($err, qr/ERROR:  42501: permission denied for table idem_record/,
 	'a bound role cannot read the table');
@@ -320,9 +330,9 @@ as('app', q{INSERT INTO idem_setting VALUES ('idem.require_binding', 'on')});
 like($err, qr/ERROR:  42501: .*\nDETAIL:  Role "stray" is bound to no idem tenant, and idem.require_binding is on/,
 	'idem.require_binding refuses an unbound role');
 ($ret, $out, $err) = as('stray', q{
-	SELECT idem_sql_claim('app'::regrole::oid, 't', 'e', 'unbound', NULL, false, NULL, NULL, NULL, false)});
-like($err, qr/ERROR:  42501: permission denied for function idem_sql_claim/,
-	'a worker refuses a call that is not from idem');
+	SELECT idem_sql_claim(idem_sql_ticket(), 't', 'e', 'unbound', NULL, false, NULL, NULL, NULL)});
+like($err, qr/ERROR:  42501: .*\nDETAIL:  Role "stray" is bound to no idem tenant/,
+	'nor does calling the worker itself');
 as('app', q{DELETE FROM idem_setting});
 
 # a retry storm: 16 sessions, 40 keys, every effect at most once
