@@ -136,13 +136,16 @@ COMMENT ON FUNCTION idem_edition() IS
 /*
  * Tickets: who calls a worker (see the head of this file).  Any role may
  * insert one, and the CHECK constraints make it name the inserting role
- * and backend whatever the INSERT says; only the role that installed idem
- * reads and deletes them.  Unlogged: a ticket lives for one call.
+ * (by its name, which a cast to regrole would fold to lower case) and
+ * backend whatever the INSERT says; only the role that installed idem
+ * reads and deletes them.  Unlogged: a ticket lives for one call, and
+ * idem_purge() deletes those of backends that have ended (a ticket
+ * inserted directly and committed is never consumed).
  */
 CREATE UNLOGGED TABLE idem_sql_ticket (
 	id					bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-	role				oid NOT NULL DEFAULT (current_user::regrole::oid)
-		CHECK (role = current_user::regrole::oid),
+	role				oid NOT NULL DEFAULT (to_regrole(quote_ident(current_user))::oid)
+		CHECK (role = to_regrole(quote_ident(current_user))::oid),
 	pid					integer NOT NULL DEFAULT pg_backend_pid()
 		CHECK (pid = pg_backend_pid())
 );
@@ -151,7 +154,8 @@ COMMENT ON TABLE idem_sql_ticket IS
 	'who calls a worker of idem''s SQL edition: a row per call, consumed by the call';
 
 REVOKE ALL ON idem_sql_ticket FROM PUBLIC;
-GRANT INSERT ON idem_sql_ticket TO PUBLIC;
+/* not on id: a caller must not plant the ids the next tickets get */
+GRANT INSERT (role) ON idem_sql_ticket TO PUBLIC;
 GRANT SELECT (id) ON idem_sql_ticket TO PUBLIC;
 
 /* A ticket of the current role, for the worker about to be called */
@@ -1812,7 +1816,7 @@ REVOKE ALL ON FUNCTION idem_sql_outbox_retention() FROM PUBLIC;
 
 --@ body idem_tenant() LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN idem_sql_bound_tenant(current_user::regrole::oid);
+	RETURN idem_sql_bound_tenant(to_regrole(quote_ident(current_user))::oid);
 END
 --@ end
 
@@ -1983,6 +1987,8 @@ BEGIN
 		GET DIAGNOSTICS n = ROW_COUNT;
 		EXIT WHEN n < 10000;
 	END LOOP;
+	DELETE FROM idem_sql_ticket t
+	 WHERE NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.pid = t.pid);
 	DELETE FROM idem_budget b
 	 WHERE b.ctid = ANY (ARRAY(
 			SELECT x.ctid FROM idem_budget x WHERE x.expires_at <= now

@@ -312,6 +312,16 @@ for my $case (
 ($ret, $out, $err) = as('acme_role', q{INSERT INTO idem_sql_ticket (role) VALUES ('stray'::regrole)});
 like($err, qr/ERROR:  23514: new row for relation "idem_sql_ticket" violates check constraint/,
 	'a ticket names the role that inserts it');
+($ret, $out, $err) = as('stray', q{
+	INSERT INTO idem_sql_ticket (id) OVERRIDING SYSTEM VALUE SELECT g FROM generate_series(1, 100) g});
+like($err, qr/ERROR:  42501: permission denied for table idem_sql_ticket/,
+	'no role can plant the ids of the next tickets');
+$node->safe_psql('postgres', q{CREATE ROLE "ACME_ROLE" LOGIN; CREATE ROLE "APP" LOGIN});
+($ret, $out) = as('ACME_ROLE', q{SELECT idem_tenant() IS NULL});
+is($out, 't', 'a role whose name differs from a bound one only in case is not bound by it');
+($ret, $out, $err) = as('APP', q{SELECT idem_sql_forget(idem_sql_ticket(), 'acme', 'e', 'b1')});
+like($err, qr/ERROR:  42501: permission denied for function idem_forget/,
+	'nor does a role act as the installer whose name differs only in case');
 ($ret, $out, $err) = as('acme_role', q{SELECT idem_sql_replay(1, 'globex', 'POST /o', 'k1', NULL)});
 like($err, qr/ERROR:  42501: permission denied: idem call without a ticket of its caller/,
 	'a worker without a ticket of the caller refuses');
