@@ -3,6 +3,15 @@
 \echo Use "ALTER EXTENSION idem UPDATE TO '0.3.0'" to load this file. \quit
 
 /*
+ * The strongest lock this update takes on the tables that calls use, taken
+ * first: a call that read a table before the update began then waits for
+ * the update, instead of holding its read lock while it waits for a weaker
+ * lock the update took earlier, a deadlock (test/t/062_rolling_upgrade.pl
+ * met it, updating 0.2.0 to 0.4.0 while claims ran).
+ */
+LOCK TABLE idem_binding, idem_record IN ACCESS EXCLUSIVE MODE;
+
+/*
  * The tenant binding's cache invalidation and the fencing floor rest on
  * statement triggers, which a session with session_replication_role =
  * replica (a migration tool, a restore) did not fire: enabled ALWAYS, they

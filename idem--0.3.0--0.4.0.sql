@@ -2,6 +2,15 @@
 
 \echo Use "ALTER EXTENSION idem UPDATE TO '0.4.0'" to load this file. \quit
 
+/*
+ * The strongest lock this update takes on the tables that calls use, taken
+ * first: a call that read a table before the update began then waits for
+ * the update, instead of holding its read lock while it waits for a weaker
+ * lock the update took earlier, a deadlock (test/t/062_rolling_upgrade.pl
+ * met it: a claim against the ALTER TABLE below, after the CREATE INDEX).
+ */
+LOCK TABLE idem_record, idem_outbox IN ACCESS EXCLUSIVE MODE;
+
 COMMENT ON COLUMN idem_outbox.expires_at IS
 	'when a finished message is purged; before it finishes, created_at plus the retention its enqueue fixed';
 
