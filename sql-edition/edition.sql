@@ -988,6 +988,25 @@ RETURNS bytea
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to(fingerprint::text, 'UTF8')) $$;
 
+/*
+ * The bytes the C edition stores for a body or payload given as bytes,
+ * text (in the database's encoding) or jsonb (its canonical text)
+ */
+CREATE FUNCTION idem_sql_bytes(body bytea)
+RETURNS bytea
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT body $$;
+
+CREATE FUNCTION idem_sql_bytes(body text)
+RETURNS bytea
+LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.convert_to(body, pg_catalog.getdatabaseencoding()) $$;
+
+CREATE FUNCTION idem_sql_bytes(body jsonb)
+RETURNS bytea
+LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.convert_to(body::text, pg_catalog.getdatabaseencoding()) $$;
+
 /* A tenant's records for idem_list, newest first */
 CREATE FUNCTION idem_sql_list(ticket bigint, p_tenant text, p_endpoint text,
 							  max_rows integer)
@@ -1838,7 +1857,7 @@ BEGIN
 END
 --@ end
 
---@ body idem_claim(text, text, text, bytea, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+--@ body idem_claim(text, text, text, bytea, boolean, interval, interval, interval) | idem_claim(text, text, text, text, boolean, interval, interval, interval) | idem_claim(text, text, text, jsonb, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
 	  FROM idem_sql_claim(idem_sql_ticket(), tenant, endpoint, key,
@@ -1847,25 +1866,9 @@ BEGIN
 END
 --@ end
 
---@ body idem_claim(text, text, text, text, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
-	  FROM idem_sql_claim(idem_sql_ticket(), tenant, endpoint, key,
-								 idem_sql_digest(fingerprint), wait, lease,
-								 retention, wait_timeout);
-END
---@ end
 
---@ body idem_claim(text, text, text, jsonb, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
-	  FROM idem_sql_claim(idem_sql_ticket(), tenant, endpoint, key,
-								 idem_sql_digest(fingerprint), wait, lease,
-								 retention, wait_timeout);
-END
---@ end
 
---@ body idem_replay(text, text, text, bytea) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+--@ body idem_replay(text, text, text, bytea) | idem_replay(text, text, text, text) | idem_replay(text, text, text, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
 	SELECT * FROM idem_sql_replay(idem_sql_ticket(), tenant, endpoint,
@@ -1873,75 +1876,27 @@ BEGIN
 END
 --@ end
 
---@ body idem_replay(text, text, text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	RETURN QUERY
-	SELECT * FROM idem_sql_replay(idem_sql_ticket(), tenant, endpoint,
-								  key, idem_sql_digest(fingerprint));
-END
---@ end
 
---@ body idem_replay(text, text, text, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	RETURN QUERY
-	SELECT * FROM idem_sql_replay(idem_sql_ticket(), tenant, endpoint,
-								  key, idem_sql_digest(fingerprint));
-END
---@ end
 
---@ body idem_complete(text, text, text, integer, bytea, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+--@ body idem_complete(text, text, text, integer, bytea, integer, jsonb) | idem_complete(text, text, text, integer, text, integer, jsonb) | idem_complete(text, text, text, integer, jsonb, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	PERFORM idem_sql_finish(idem_sql_ticket(), 'complete', tenant,
-								endpoint, key, status, body, attempt, headers);
+								endpoint, key, status, idem_sql_bytes(body), attempt, headers);
 END
 --@ end
 
---@ body idem_complete(text, text, text, integer, text, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	PERFORM idem_sql_finish(idem_sql_ticket(), 'complete', tenant,
-								endpoint, key, status,
-								convert_to(body, getdatabaseencoding()),
-								attempt, headers);
-END
---@ end
 
---@ body idem_complete(text, text, text, integer, jsonb, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	PERFORM idem_sql_finish(idem_sql_ticket(), 'complete', tenant,
-								endpoint, key, status,
-								convert_to(body::text, getdatabaseencoding()),
-								attempt, headers);
-END
---@ end
 
---@ body idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+--@ body idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) | idem_fail(text, text, text, integer, text, boolean, integer, jsonb) | idem_fail(text, text, text, integer, jsonb, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	PERFORM idem_sql_finish(idem_sql_ticket(),
 								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
-								tenant, endpoint, key, status, body, attempt,
+								tenant, endpoint, key, status, idem_sql_bytes(body), attempt,
 								headers);
 END
 --@ end
 
---@ body idem_fail(text, text, text, integer, text, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	PERFORM idem_sql_finish(idem_sql_ticket(),
-								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
-								tenant, endpoint, key, status,
-								convert_to(body, getdatabaseencoding()),
-								attempt, headers);
-END
---@ end
 
---@ body idem_fail(text, text, text, integer, jsonb, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	PERFORM idem_sql_finish(idem_sql_ticket(),
-								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
-								tenant, endpoint, key, status,
-								convert_to(body::text, getdatabaseencoding()),
-								attempt, headers);
-END
---@ end
 
 --@ body idem_release(text, text, text, integer) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
@@ -2065,7 +2020,7 @@ BEGIN
 END
 --@ end
 
---@ body idem_claim_many(text, text, text[], bytea[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+--@ body idem_claim_many(text, text, text[], bytea[], interval, interval) | idem_claim_many(text, text, text[], text[], interval, interval) | idem_claim_many(text, text, text[], jsonb[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
 	SELECT * FROM idem_sql_claim_many(idem_sql_ticket(), tenant, endpoint,
@@ -2075,25 +2030,7 @@ BEGIN
 END
 --@ end
 
---@ body idem_claim_many(text, text, text[], text[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	RETURN QUERY
-	SELECT * FROM idem_sql_claim_many(idem_sql_ticket(), tenant, endpoint,
-									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
-											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
-									  lease, retention);
-END
---@ end
 
---@ body idem_claim_many(text, text, text[], jsonb[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	RETURN QUERY
-	SELECT * FROM idem_sql_claim_many(idem_sql_ticket(), tenant, endpoint,
-									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
-											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
-									  lease, retention);
-END
---@ end
 
 --@ body idem_complete_many(text, text, text[], integer[], bytea[], integer[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
@@ -2112,34 +2049,16 @@ BEGIN
 END
 --@ end
 
---@ body idem_enqueue(text, text, text, bytea, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+--@ body idem_enqueue(text, text, text, bytea, jsonb, timestamptz, text, integer, boolean) | idem_enqueue(text, text, text, text, jsonb, timestamptz, text, integer, boolean) | idem_enqueue(text, text, text, jsonb, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	SELECT * INTO outcome, id, state, created_at
 	  FROM idem_sql_enqueue(idem_sql_ticket(), tenant, topic, key,
-								   payload, headers, not_before, ordering_key,
+								   idem_sql_bytes(payload), headers, not_before, ordering_key,
 								   max_attempts, redeliver);
 END
 --@ end
 
---@ body idem_enqueue(text, text, text, text, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	SELECT * INTO outcome, id, state, created_at
-	  FROM idem_sql_enqueue(idem_sql_ticket(), tenant, topic, key,
-								   convert_to(payload, getdatabaseencoding()),
-								   headers, not_before, ordering_key,
-								   max_attempts, redeliver);
-END
---@ end
 
---@ body idem_enqueue(text, text, text, jsonb, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-BEGIN
-	SELECT * INTO outcome, id, state, created_at
-	  FROM idem_sql_enqueue(idem_sql_ticket(), tenant, topic, key,
-								   convert_to(payload::text, getdatabaseencoding()),
-								   headers, not_before, ordering_key,
-								   max_attempts, redeliver);
-END
---@ end
 
 --@ body idem_take(text, integer, interval, text) LANGUAGE sql SET search_path = pg_catalog, @extschema@, pg_temp
 	SELECT * FROM idem_sql_take(idem_sql_ticket(), topic, max_messages, lease, tenant)
@@ -2180,7 +2099,7 @@ BEGIN
 END
 --@ end
 
---@ body idem_enqueue_many(text, text, text[], bytea[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+--@ body idem_enqueue_many(text, text, text[], bytea[], jsonb[]) | idem_enqueue_many(text, text, text[], jsonb[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 DECLARE
 	n			integer := idem_sql_check_array('keys', keys, NULL, false, false);
 	e			record;
@@ -2190,7 +2109,7 @@ BEGIN
 	PERFORM idem_sql_check_name('key', k) FROM unnest(keys) k;
 	FOR i IN 1 .. n LOOP
 		e := idem_sql_enqueue(idem_sql_ticket(), tenant, topic, keys[i],
-							  payloads[i], headers[i],
+							  idem_sql_bytes(payloads[i]), headers[i],
 							  NULL, NULL, NULL, true);
 		key := keys[i]; outcome := e.outcome; id := e.id; state := e.state;
 		created_at := e.created_at;
@@ -2199,24 +2118,6 @@ BEGIN
 END
 --@ end
 
---@ body idem_enqueue_many(text, text, text[], jsonb[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
-DECLARE
-	n			integer := idem_sql_check_array('keys', keys, NULL, false, false);
-	e			record;
-BEGIN
-	PERFORM idem_sql_check_array('payloads', payloads, n, false, false);
-	PERFORM idem_sql_check_array('headers', headers, n, true, true);
-	PERFORM idem_sql_check_name('key', k) FROM unnest(keys) k;
-	FOR i IN 1 .. n LOOP
-		e := idem_sql_enqueue(idem_sql_ticket(), tenant, topic, keys[i],
-							  convert_to(payloads[i]::text, getdatabaseencoding()), headers[i],
-							  NULL, NULL, NULL, true);
-		key := keys[i]; outcome := e.outcome; id := e.id; state := e.state;
-		created_at := e.created_at;
-		RETURN NEXT;
-	END LOOP;
-END
---@ end
 
 --@ body idem_delivered_many(bigint[], integer[], integer[], bytea[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 DECLARE

@@ -11,9 +11,10 @@ differs is in sql-edition/edition.sql, beside nothing else:
                                 library can have, such as a base type)
     --@ before <regex>          the SQL up to "--@ end" goes before the
                                 first statement the regex finds
-    --@ body <name>(<types>) <attributes>
+    --@ body <name>(<types>) [| <name>(<types>) ...] <attributes>
                                 the body, up to "--@ end", of the C
-                                function of that name and argument types;
+                                functions of those names and argument
+                                types (overloads that share their text);
                                 <attributes> replace "LANGUAGE C" and keep
                                 the C declaration's volatility and the rest
 
@@ -186,13 +187,14 @@ def read_edition():
         if kind == "before":
             before.append([re.compile(arg, re.S), text, False])
         else:
-            m = re.match(r"(\S+\(.*?\))\s*(.*)$", arg)
+            m = re.match(r"((?:\S+\(.*?\)\s*\|\s*)*\S+\(.*?\))\s*(.*)$", arg)
             if not m:
                 sys.exit("generate.py: --@ body needs name(types): " + arg)
-            key = re.sub(r"\s*,\s*", ", ", m.group(1).lower())
-            if key in bodies:
-                sys.exit("generate.py: two bodies for " + key)
-            bodies[key] = [m.group(2), text, False]
+            for sig in m.group(1).split("|"):
+                key = re.sub(r"\s*,\s*", ", ", sig.strip().lower())
+                if key in bodies:
+                    sys.exit("generate.py: two bodies for " + key)
+                bodies[key] = [m.group(2), text, False]
     return omit, before, bodies
 
 
