@@ -249,8 +249,10 @@ END
 $$;
 
 /*
- * A superuser-only setting of the SQL edition, as text, or the default.
- * Read by idem's functions that run as the role that installed idem, which
+ * A superuser-only setting of the SQL edition, as text, or the default:
+ * its SET in a session that a superuser logged in (where no other role can
+ * have made the SET, as in the C edition, where only a superuser may), else
+ * its row of idem_setting.  Read by idem's functions that run as the role that installed idem, which
  * alone may read idem_setting; a SQL function without a SET clause, so
  * that it is inlined where it is read.
  */
@@ -258,8 +260,25 @@ CREATE FUNCTION idem_sql_setting(name text, fallback text)
 RETURNS text
 LANGUAGE sql STABLE
 AS $$
-	SELECT coalesce((SELECT s.value FROM idem_setting s
+	SELECT coalesce(CASE WHEN (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user)
+						 THEN nullif(current_setting(name, true), '') END,
+					(SELECT s.value FROM idem_setting s
 					  WHERE s.name = idem_sql_setting.name), fallback)
+$$;
+
+/*
+ * A memory setting's value in kB, as the C edition's GUC reads it: a
+ * number without a unit is in kB.
+ */
+CREATE FUNCTION idem_sql_kilobytes(value text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+	SELECT (m[1]::numeric * CASE m[2] WHEN '' THEN 1 WHEN 'kB' THEN 1
+									  WHEN 'B' THEN 1.0 / 1024 WHEN 'MB' THEN 1024
+									  WHEN 'GB' THEN 1024 * 1024
+									  WHEN 'TB' THEN 1024 * 1024 * 1024 END)::bigint
+	  FROM regexp_match(value, '^\s*([0-9]+(?:\.[0-9]*)?)\s*(|B|kB|MB|GB|TB)\s*$') m
 $$;
 
 /* A setting any role may set (idem.retention, idem.lease, ...), or the default */
@@ -285,17 +304,38 @@ AS $$
 $$;
 
 /*
- * The tenant the roles of this call are bound to (src/tenant.c has the
- * rules): the session user, the role of SET ROLE, and role (the current
- * user of the API function).  Each is bound by its own binding and by those
- * of the roles whose privileges it has, a superuser by its own only.  NULL
- * when none is bound; an error (42501) for bindings to two tenants, or for
- * an unbound call while idem.require_binding is on.
+ * Bindings are the C edition's superuser's to change (src/tenant.c's
+ * require_superuser): here a superuser's, or those of a role with the
+ * privileges of the role that installed idem, whoever was granted EXECUTE
+ * on idem_bind.  idem_bind and idem_unbind run as their caller, so
+ * current_user is the caller, and the role that passes may write
+ * idem_binding itself.
  */
-CREATE FUNCTION idem_sql_bound_tenant(role oid, tenant text DEFAULT NULL)
-RETURNS text
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, @extschema@, pg_temp
+CREATE FUNCTION idem_sql_require_binder()
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+	IF NOT idem_sql_is_admin((SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user)) THEN
+		RAISE EXCEPTION 'must be superuser to change idem tenant bindings'
+			USING ERRCODE = 'insufficient_privilege';
+	END IF;
+END
+$$;
+
+/*
+ * The restriction on this call, as src/tenant.c's current_restriction
+ * computes it: the bindings of the session user, of the role of SET ROLE,
+ * and of role (the current user of the API function), each bound by its
+ * own binding and by those of the roles whose privileges it has, a
+ * superuser by its own only.  bound is NULL when none is bound, and by_role
+ * names the role whose binding decided.  Errors (42501) for bindings to two
+ * tenants, or for an unbound call while idem.require_binding is on; tenant,
+ * if not NULL, names what the caller asked for, for the message.
+ */
+CREATE FUNCTION idem_sql_restriction(role oid, tenant text,
+									 OUT bound text, OUT by_role oid)
+LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
 	set_role	oid := CASE current_setting('role')
@@ -304,39 +344,66 @@ DECLARE
 					   END;
 	actors		oid[] := ARRAY[(SELECT oid FROM pg_roles WHERE rolname = session_user),
 							   set_role, role];
-	bound		text[];
+	actor		oid;
+	tenants		text[];
+	refused		text := CASE WHEN tenant IS NULL
+							 THEN 'permission denied for idem tenants'
+							 ELSE format('permission denied for idem tenant "%s"', tenant) END;
 BEGIN
 	/* no binding at all, as in a database of one tenant: nothing to join */
 	IF EXISTS (SELECT FROM idem_binding) THEN
-		SELECT array_agg(DISTINCT b.tenant ORDER BY b.tenant) INTO bound
-		  FROM unnest(actors) AS a(actor)
-		  JOIN pg_roles r ON r.oid = a.actor
-		  JOIN idem_binding b
-			ON b.role::oid = a.actor
-			OR (NOT r.rolsuper AND pg_has_role(a.actor, b.role::oid, 'USAGE'));
+		FOR i IN 1 .. 3 LOOP
+			actor := actors[i];
+			CONTINUE WHEN actor IS NULL OR (i > 1 AND actor = actors[i - 1]) OR
+				(i = 3 AND actor = actors[1]);
+			SELECT array_agg(DISTINCT b.tenant ORDER BY b.tenant) INTO tenants
+			  FROM idem_binding b
+			 WHERE b.role::oid = actor
+				OR (NOT coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.oid = actor), false)
+					AND pg_has_role(actor, b.role::oid, 'USAGE'));
+			CONTINUE WHEN tenants IS NULL;
+			IF cardinality(tenants) > 1 THEN
+				RAISE EXCEPTION '%', refused
+					USING ERRCODE = 'insufficient_privilege',
+						  DETAIL = format('Role "%s" is bound to idem tenants "%s" and "%s", through the roles whose privileges it has.',
+										  idem_sql_role_name(actor), tenants[1], tenants[2]);
+			END IF;
+			IF bound IS NOT NULL AND bound <> tenants[1] THEN
+				RAISE EXCEPTION '%', refused
+					USING ERRCODE = 'insufficient_privilege',
+						  DETAIL = format('This call acts as role "%s", bound to idem tenant "%s", and as role "%s", bound to idem tenant "%s".',
+										  idem_sql_role_name(by_role), bound,
+										  idem_sql_role_name(actor), tenants[1]);
+			END IF;
+			bound := tenants[1];
+			by_role := actor;
+		END LOOP;
 	END IF;
-	IF cardinality(bound) > 1 THEN
-		RAISE EXCEPTION '%', CASE WHEN tenant IS NULL
-								  THEN 'permission denied for idem tenants'
-								  ELSE format('permission denied for idem tenant "%s"', tenant) END
-			USING ERRCODE = 'insufficient_privilege',
-				  DETAIL = format('This call acts as roles bound to idem tenants "%s" and "%s".',
-								  bound[1], bound[2]);
-	END IF;
-	IF cardinality(bound) = 1 THEN
-		RETURN bound[1];
-	END IF;
-	IF idem_sql_setting('idem.require_binding', 'off')::boolean AND
+	IF bound IS NULL AND idem_sql_setting('idem.require_binding', 'off')::boolean AND
 	   NOT idem_sql_is_admin(role) THEN
-		RAISE EXCEPTION '%', CASE WHEN tenant IS NULL
-								  THEN 'permission denied for idem tenants'
-								  ELSE format('permission denied for idem tenant "%s"', tenant) END
+		RAISE EXCEPTION '%', refused
 			USING ERRCODE = 'insufficient_privilege',
 				  DETAIL = format('Role "%s" is bound to no idem tenant, and idem.require_binding is on.',
-								  role::regrole);
+								  idem_sql_role_name(role));
 	END IF;
-	RETURN NULL;
 END
+$$;
+
+/* A role's name, or its OID when it was dropped */
+CREATE FUNCTION idem_sql_role_name(role oid)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+	SELECT coalesce((SELECT r.rolname::text FROM pg_roles r WHERE r.oid = role), role::text)
+$$;
+
+/* The tenant this call is bound to (idem_sql_restriction), NULL for none */
+CREATE FUNCTION idem_sql_bound_tenant(role oid, tenant text DEFAULT NULL)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+	SELECT (idem_sql_restriction(role, tenant)).bound
 $$;
 
 /* Refuse a tenant that the roles of this call may not touch (42501) */
@@ -345,12 +412,13 @@ RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-	bound		text := idem_sql_bound_tenant(role, tenant);
+	r			record := idem_sql_restriction(role, tenant);
 BEGIN
-	IF bound IS NOT NULL AND bound <> tenant COLLATE "C" THEN
+	IF r.bound IS NOT NULL AND r.bound <> tenant COLLATE "C" THEN
 		RAISE EXCEPTION 'permission denied for idem tenant "%"', tenant
 			USING ERRCODE = 'insufficient_privilege',
-				  DETAIL = format('This call is bound to idem tenant "%s".', bound);
+				  DETAIL = format('Role "%s" is bound to idem tenant "%s".',
+								  idem_sql_role_name(r.by_role), r.bound);
 	END IF;
 END
 $$;
@@ -360,6 +428,8 @@ CREATE FUNCTION idem_sql_check_name(what text, value text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
+DECLARE
+	clipped		text;
 BEGIN
 	IF value IS NULL THEN
 		RAISE EXCEPTION '% must not be null', what USING ERRCODE = 'null_value_not_allowed';
@@ -368,9 +438,15 @@ BEGIN
 		RAISE EXCEPTION '% must not be empty', what USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	IF octet_length(value) > 255 THEN
-		RAISE EXCEPTION '% "%..." is too long', what, left(value, 32)
+		/* the first 32 bytes that end a character, as pg_mbcliplen cuts */
+		clipped := left(value, 32);
+		WHILE octet_length(clipped) > 32 LOOP
+			clipped := left(clipped, -1);
+		END LOOP;
+		RAISE EXCEPTION '% "%..." is too long', what, clipped
 			USING ERRCODE = 'string_data_right_truncation',
-				  DETAIL = format('It is %s bytes long; the limit is 255.', octet_length(value));
+				  DETAIL = format('The %s is %s bytes long; the limit is 255 bytes.',
+								  what, octet_length(value));
 	END IF;
 END
 $$;
@@ -412,6 +488,137 @@ BEGIN
 				  DETAIL = format('Subscription "%s" replicates %s into this database; a decision taken here would conflict with the publisher''s.', sub, "table"),
 				  HINT = format('Idempotency decisions need the publisher of subscription "%s": connect to it.', sub);
 	END IF;
+	/* PreventCommandIfReadOnly's message */
+	IF current_setting('transaction_read_only')::boolean THEN
+		RAISE EXCEPTION 'cannot execute % in a read-only transaction', function
+			USING ERRCODE = 'read_only_sql_transaction';
+	END IF;
+END
+$$;
+
+/*
+ * A time setting's value as the C edition's GUC reads it: a number without
+ * a unit is in the setting's base unit (unit: 's' or 'ms').
+ */
+CREATE FUNCTION idem_sql_time(value text, unit text)
+RETURNS interval
+LANGUAGE sql IMMUTABLE
+AS $$
+	SELECT CASE WHEN value ~ '^\s*[-+]?[0-9]+(\.[0-9]*)?\s*$'
+				THEN (value || ' ' || unit)::interval
+				ELSE value::interval END
+$$;
+
+/*
+ * A time setting's value as SHOW shows the C edition's GUC: in the largest
+ * unit that divides it (d, h, min, s, and ms for a setting in ms), a bare
+ * number for 0.
+ */
+CREATE FUNCTION idem_sql_show(value interval, unit text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+	SELECT CASE WHEN n <= 0 THEN n::text
+				ELSE (SELECT ((n * base) / u.ms_per)::bigint || u.name
+						FROM (VALUES (1, 'd', 86400000::numeric), (2, 'h', 3600000),
+									 (3, 'min', 60000), (4, 's', 1000), (5, 'ms', 1))
+							 AS u(o, name, ms_per)
+					   WHERE (n * base) % u.ms_per = 0 AND u.ms_per >= base
+					   ORDER BY u.o LIMIT 1) END
+	  FROM (SELECT CASE unit WHEN 'ms' THEN 1 ELSE 1000 END AS base) b,
+		   LATERAL (SELECT round(extract(epoch FROM value) * 1000 / b.base) AS n) v
+$$;
+
+/*
+ * A DBA's cap (idem.max_lease, idem.max_retention of idem_setting; 0:
+ * none) on a span that who (a claim, a take, an enqueue) asks for by its
+ * argument given, or else by the setting named: src/protocol.c's
+ * protocol_check_cap, with its message.
+ */
+CREATE FUNCTION idem_sql_check_cap(who text, what text, span interval,
+								   cap interval, cap_setting text, cap_unit text,
+								   given interval, setting text, value interval,
+								   unit text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF cap > '0' AND span > cap THEN
+		RAISE EXCEPTION '% % is longer than % (%)', what,
+			coalesce(given::text, idem_sql_show(value, unit)),
+			cap_setting, idem_sql_show(cap, cap_unit)
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = CASE WHEN given IS NOT NULL
+								THEN format('The %s''s %s argument asks for it.', who, what)
+								ELSE format('The setting %s asks for it.', setting) END,
+				  HINT = format('Ask for a shorter %s, or have a superuser raise %s.',
+								what, cap_setting);
+	END IF;
+END
+$$;
+
+/*
+ * Refuse a span (a claim's lease, retention or wait_timeout: name) that
+ * takes now out of timestamptz's range, as src/protocol.c's
+ * protocol_time_plus does (22023, where the sum itself would raise 22008):
+ * the sum is estimated after each step of the addition (months, counted as
+ * a twelfth of a Julian year, then days, then the time), with a margin of a
+ * century.
+ */
+CREATE FUNCTION idem_sql_time_plus(now timestamptz, span interval, name text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	margin		float8 := 100 * 365.25 * 86400;
+	sum			float8 := extract(epoch FROM now);
+	steps		float8[];
+BEGIN
+	IF span::text IN ('infinity', '-infinity') THEN
+		RETURN;
+	END IF;
+	steps := ARRAY[(extract(year FROM span) * 12 + extract(month FROM span)) * (365.25 / 12) * 86400,
+				   extract(day FROM span) * 86400,
+				   extract(hour FROM span) * 3600 + extract(minute FROM span) * 60 +
+				   extract(second FROM span)];
+	FOR i IN 1 .. 3 LOOP
+		sum := sum + steps[i];
+		/* timestamptz's range, in seconds from 1970 */
+		IF sum < -210866803200 + margin OR sum > 9224318016000 - margin THEN
+			RAISE EXCEPTION '% % is out of range', name, span
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'Added to the current time, it leaves the range of timestamp with time zone.';
+		END IF;
+	END LOOP;
+END
+$$;
+
+/*
+ * The end of a lease that who (a claim, a take) takes at now: its lease
+ * argument, or idem.lease; an error for one that is not positive or is
+ * over idem.max_lease (src/protocol.c's protocol_lease_end).
+ */
+CREATE FUNCTION idem_sql_lease_end(who text, now timestamptz, lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+	setting		interval := idem_sql_time(idem_sql_guc('idem.lease', '5min'), 'ms');
+	lease_end	timestamptz;
+BEGIN
+	IF lease IS NOT NULL THEN
+		PERFORM idem_sql_time_plus(now, lease, 'lease');
+	END IF;
+	lease_end := now + coalesce(lease, setting);
+	IF lease_end <= now THEN
+		RAISE EXCEPTION 'lease must be positive'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('The lease given was %s.', lease);
+	END IF;
+	PERFORM idem_sql_check_cap(who, 'lease', lease_end - now,
+							   idem_sql_time(idem_sql_setting('idem.max_lease', '0'), 'ms'),
+							   'idem.max_lease', 'ms', lease, 'idem.lease', setting, 'ms');
+	RETURN lease_end;
 END
 $$;
 
@@ -419,7 +626,8 @@ $$;
  * The lease's end and the expiry of a claim made at now (the C edition's
  * claim_times): errors for a bad lease or retention, for one over the caps
  * of idem_setting, and while idem.retry_window is not shorter than
- * idem.retention.
+ * idem.retention (the C edition refuses the SET that would break that
+ * rule; a setting any role may SET is only seen here).
  */
 CREATE FUNCTION idem_sql_claim_times(now timestamptz, lease interval,
 									 retention interval,
@@ -428,48 +636,36 @@ CREATE FUNCTION idem_sql_claim_times(now timestamptz, lease interval,
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-	retry_window		interval := idem_sql_guc('idem.retry_window', '1h')::interval;
-	keep		interval := idem_sql_guc('idem.retention', '24h')::interval;
-	max_lease	interval := idem_sql_setting('idem.max_lease', '0')::interval;
-	max_keep	interval := idem_sql_setting('idem.max_retention', '0')::interval;
+	retry_window interval := idem_sql_time(idem_sql_guc('idem.retry_window', '1h'), 's');
+	keep		interval := idem_sql_time(idem_sql_guc('idem.retention', '24h'), 's');
+	max_keep	interval := idem_sql_time(idem_sql_setting('idem.max_retention', '0'), 's');
 BEGIN
 	IF retry_window >= keep THEN
-		RAISE EXCEPTION 'idem.retry_window (%) must be shorter than idem.retention (%)',
-			retry_window, keep
+		RAISE EXCEPTION 'idem.retention (%s) must be longer than idem.retry_window (%s)',
+			extract(epoch FROM keep)::bigint, extract(epoch FROM retry_window)::bigint
 			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'A retry that arrives after its record expired would execute the request again.';
+				  DETAIL = 'A retry that arrives after its record expired would execute the request again.',
+				  HINT = 'Raise idem.retention or lower idem.retry_window.';
 	END IF;
-	lease_expires_at := now + coalesce(lease, idem_sql_guc('idem.lease', '5min')::interval);
-	IF lease_expires_at <= now THEN
-		RAISE EXCEPTION 'lease must be positive'
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = format('The lease given was %s.', lease);
+	lease_expires_at := idem_sql_lease_end('claim', now, lease);
+	IF retention IS NOT NULL THEN
+		PERFORM idem_sql_time_plus(now, retention, 'retention');
 	END IF;
-	IF max_lease > '0' AND lease_expires_at - now > max_lease THEN
-		RAISE EXCEPTION 'lease % is longer than idem.max_lease (%)',
-			coalesce(lease, idem_sql_guc('idem.lease', '5min')::interval), max_lease
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Ask for a shorter lease, or have the role that installed idem raise idem.max_lease.';
-	END IF;
-	IF max_keep > '0' AND lease_expires_at - now > max_keep THEN
-		RAISE EXCEPTION 'lease % is longer than idem.max_retention (%)',
-			coalesce(lease, idem_sql_guc('idem.lease', '5min')::interval), max_keep
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Ask for a shorter lease, or have the role that installed idem raise idem.max_retention.';
-	END IF;
-	IF retention IS NOT NULL AND now + retention - now <= retry_window THEN
-		RAISE EXCEPTION 'retention % must be longer than idem.retry_window (%)',
-			retention, retry_window
+	PERFORM idem_sql_check_cap('claim', 'lease', lease_expires_at - now, max_keep,
+							   'idem.max_retention', 's', lease, 'idem.lease',
+							   idem_sql_time(idem_sql_guc('idem.lease', '5min'), 'ms'), 'ms');
+	IF retention IS NOT NULL AND
+	   (now + retention = '-infinity' OR
+		(now + retention <> 'infinity' AND (now + retention) - now <= retry_window)) THEN
+		RAISE EXCEPTION 'retention % must be longer than idem.retry_window (%s)',
+			retention, extract(epoch FROM retry_window)::bigint
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = 'A retry that arrives after its record expired would execute the request again.';
 	END IF;
 	expires_at := now + coalesce(retention, keep);
-	IF max_keep > '0' AND expires_at - now > max_keep THEN
-		RAISE EXCEPTION 'retention % is longer than idem.max_retention (%)',
-			coalesce(retention, keep), max_keep
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Ask for a shorter retention, or have the role that installed idem raise idem.max_retention.';
-	END IF;
+	PERFORM idem_sql_check_cap('claim', 'retention', expires_at - now, max_keep,
+							   'idem.max_retention', 's', retention, 'idem.retention',
+							   keep, 's');
 	expires_at := greatest(expires_at, lease_expires_at);
 END
 $$;
@@ -540,8 +736,7 @@ CREATE FUNCTION idem_sql_decide_claim(role oid, tenant text, endpoint text, key 
 							   OUT attempt integer,
 							   OUT created_at timestamptz,
 							   OUT expires_at timestamptz)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, @extschema@, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -557,9 +752,18 @@ BEGIN
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('endpoint', endpoint);
 	PERFORM idem_sql_check_name('key', key);
+	IF wait IS NULL THEN
+		RAISE EXCEPTION 'wait must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF wait_timeout IS NOT NULL AND NOT wait THEN
+		RAISE EXCEPTION 'wait_timeout needs wait => true'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A claim that does not wait answers in_progress at once.';
+	END IF;
 	PERFORM idem_sql_check_tenant(role, tenant);
 	PERFORM idem_sql_require_primary('idem_claim()');
 	IF wait_timeout IS NOT NULL THEN
+		PERFORM idem_sql_time_plus(now, wait_timeout, 'wait_timeout');
 		IF wait_timeout < '0' THEN
 			RAISE EXCEPTION 'wait_timeout must not be negative'
 				USING ERRCODE = 'invalid_parameter_value',
@@ -710,17 +914,19 @@ CREATE FUNCTION idem_sql_claim_as(role oid, tenant text, endpoint text, key text
 							   OUT attempt integer,
 							   OUT created_at timestamptz,
 							   OUT expires_at timestamptz)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, @extschema@, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
 	c			record;
 BEGIN
 	c := idem_sql_decide_claim(role, tenant, endpoint, key, digest, wait, lease,
 							   retention, wait_timeout, batch);
-	outcome := c.outcome; status := c.status; body := c.body;
-	headers := c.headers; attempt := c.attempt; created_at := c.created_at;
+	outcome := c.outcome; attempt := c.attempt; created_at := c.created_at;
 	expires_at := c.expires_at;
+	/* only a replay answers the stored response (src/protocol.c) */
+	IF outcome = 'replay' THEN
+		status := c.status; body := c.body; headers := c.headers;
+	END IF;
 	PERFORM idem_sql_log('claim', tenant, 'endpoint', endpoint, key,
 						 format('outcome=%s attempt=%s', outcome, attempt),
 						 outcome IN ('in_progress', 'mismatch', 'unknown', 'frozen'));
@@ -785,6 +991,8 @@ CREATE FUNCTION idem_sql_claim(ticket bigint, tenant text, endpoint text,
 							   OUT expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	c			record;
@@ -804,6 +1012,8 @@ CREATE FUNCTION idem_sql_finish(ticket bigint, how text, tenant text,
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
 	RETURN idem_sql_finish_as(idem_sql_as(ticket), how, tenant, endpoint, key,
@@ -825,6 +1035,8 @@ CREATE FUNCTION idem_sql_replay(ticket bigint, tenant text, endpoint text, key t
 RETURNS SETOF record
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -868,6 +1080,55 @@ END
 $$;
 
 /*
+ * The arguments of a finish (how: complete, fail, fail_retryable, release;
+ * NULL for a fail whose retryable is NULL), checked in src/api.c's order
+ */
+CREATE FUNCTION idem_sql_finish_check(how text, status integer, body bytea,
+									  attempt integer, headers jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+	limit_bytes	bigint;
+	headers_bytes integer := coalesce(pg_column_size(headers) - 4, 0);
+BEGIN
+	IF how IS DISTINCT FROM 'release' THEN
+		IF status IS NULL THEN
+			RAISE EXCEPTION 'status must not be null' USING ERRCODE = 'null_value_not_allowed';
+		END IF;
+		IF status NOT BETWEEN 100 AND 599 THEN
+			RAISE EXCEPTION 'status % is not an HTTP status code', status
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'A status must be between 100 and 599.';
+		END IF;
+		IF how IS NULL THEN
+			RAISE EXCEPTION 'retryable must not be null' USING ERRCODE = 'null_value_not_allowed';
+		END IF;
+	END IF;
+	IF attempt IS NOT NULL AND attempt < 1 THEN
+		RAISE EXCEPTION 'attempt % is not a valid attempt number', attempt
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'Attempts are numbered from 1.';
+	END IF;
+	IF how IS DISTINCT FROM 'release' THEN
+		PERFORM idem_sql_check_headers(headers);
+		limit_bytes := idem_sql_kilobytes(idem_sql_setting('idem.max_body_size', '1024')) * 1024;
+		IF octet_length(body) > limit_bytes THEN
+			RAISE EXCEPTION 'response body of % bytes is larger than idem.max_body_size', octet_length(body)
+				USING ERRCODE = 'program_limit_exceeded',
+					  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
+		END IF;
+		IF coalesce(octet_length(body), 0) + headers_bytes > limit_bytes THEN
+			RAISE EXCEPTION 'response of % bytes (body) and % bytes (headers) is larger than idem.max_body_size',
+				coalesce(octet_length(body), 0), headers_bytes
+				USING ERRCODE = 'program_limit_exceeded',
+					  DETAIL = format('idem.max_body_size is %s bytes, and bounds the body and the headers together.', limit_bytes);
+		END IF;
+	END IF;
+END
+$$;
+
+/*
  * Finish the key's pending claim (the C edition's protocol_finish): how is
  * complete, fail, fail_retryable or release.  False only for a release of a
  * claim already released.
@@ -876,15 +1137,13 @@ CREATE FUNCTION idem_sql_finish_as(role oid, how text, tenant text,
 								endpoint text, key text, status integer,
 								body bytea, attempt integer, headers jsonb)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, @extschema@, pg_temp
+LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 DECLARE
 	function	text := CASE how WHEN 'complete' THEN 'idem_complete()'
 							 WHEN 'release' THEN 'idem_release()'
 							 ELSE 'idem_fail()' END;
-	limit_bytes	bigint := idem_sql_setting('idem.max_body_size', '1024')::bigint * 1024;
 	r			idem_record;
 	now			timestamptz;
 	why			text;
@@ -892,33 +1151,7 @@ BEGIN
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('endpoint', endpoint);
 	PERFORM idem_sql_check_name('key', key);
-	IF how <> 'release' THEN
-		IF status IS NULL THEN
-			RAISE EXCEPTION 'status must not be null' USING ERRCODE = 'null_value_not_allowed';
-		END IF;
-		IF status NOT BETWEEN 100 AND 599 THEN
-			RAISE EXCEPTION 'status % is not an HTTP status code', status
-				USING ERRCODE = 'invalid_parameter_value',
-					  DETAIL = 'An HTTP status code is between 100 and 599.';
-		END IF;
-		IF octet_length(body) > limit_bytes THEN
-			RAISE EXCEPTION 'response body of % bytes is larger than idem.max_body_size', octet_length(body)
-				USING ERRCODE = 'program_limit_exceeded',
-					  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
-		END IF;
-		IF coalesce(octet_length(body), 0) + coalesce(pg_column_size(headers), 0) > limit_bytes THEN
-			RAISE EXCEPTION 'response of % bytes (body) and % bytes (headers) is larger than idem.max_body_size',
-				coalesce(octet_length(body), 0), pg_column_size(headers)
-				USING ERRCODE = 'program_limit_exceeded',
-					  DETAIL = format('idem.max_body_size is %s bytes, and bounds the body and the headers together.', limit_bytes);
-		END IF;
-		PERFORM idem_sql_check_headers(headers);
-	END IF;
-	IF attempt IS NOT NULL AND attempt < 1 THEN
-		RAISE EXCEPTION 'attempt % is not a valid attempt number', attempt
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'Attempts are numbered from 1.';
-	END IF;
+	PERFORM idem_sql_finish_check(how, status, body, attempt, headers);
 	PERFORM idem_sql_check_tenant(role, tenant);
 	PERFORM idem_sql_require_primary(function);
 	SELECT * INTO r FROM idem_record x
@@ -961,8 +1194,7 @@ $$;
  */
 CREATE FUNCTION idem_sql_frozen(tenant text, endpoint text, now timestamptz)
 RETURNS boolean
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, @extschema@, pg_temp
+LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
 	RETURN EXISTS (SELECT FROM idem_freeze f
@@ -1013,6 +1245,8 @@ CREATE FUNCTION idem_sql_list(ticket bigint, p_tenant text, p_endpoint text,
 RETURNS SETOF idem_record
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
@@ -1027,7 +1261,7 @@ BEGIN
 		SELECT * FROM idem_record r
 		 WHERE r.tenant = p_tenant
 		   AND (p_endpoint IS NULL OR r.endpoint = p_endpoint)
-		 ORDER BY r.claimed_at DESC, r.endpoint, r.key
+		 ORDER BY r.endpoint, r.key
 		 LIMIT max_rows;
 END
 $$;
@@ -1041,6 +1275,8 @@ CREATE FUNCTION idem_sql_forget(ticket bigint, p_tenant text, p_endpoint text,
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
@@ -1063,6 +1299,8 @@ CREATE FUNCTION idem_sql_freeze(ticket bigint, p_tenant text, p_endpoint text,
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
@@ -1079,6 +1317,8 @@ BEGIN
 		RETURN FOUND;
 	END IF;
 	IF p_until <= clock_timestamp() THEN
+		/* shown as timestamptz_to_str shows it, whatever DateStyle; undone with the error */
+		PERFORM set_config('datestyle', 'ISO', true);
 		RAISE EXCEPTION 'until must be in the future'
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = format('The until given was %s.', p_until);
@@ -1104,6 +1344,8 @@ CREATE FUNCTION idem_sql_frozen_row(ticket bigint, p_tenant text, p_endpoint tex
 RETURNS TABLE (reason text, until timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
@@ -1126,6 +1368,8 @@ CREATE FUNCTION idem_sql_pause(ticket bigint, p_topic text, p_tenant text,
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
@@ -1162,6 +1406,8 @@ CREATE FUNCTION idem_sql_budget(ticket bigint, p_tenant text, p_task text,
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
@@ -1177,7 +1423,7 @@ BEGIN
 	IF attempts < 1 THEN
 		RAISE EXCEPTION '% must be at least 1', what
 			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = format('The %s given was %s.', what, attempts);
+				  DETAIL = format('The value given was %s.', attempts);
 	END IF;
 	PERFORM idem_sql_check_tenant(role, p_tenant);
 	PERFORM idem_sql_require_primary(CASE WHEN spend THEN 'idem_spend()' ELSE 'idem_budget()' END);
@@ -1234,6 +1480,8 @@ RETURNS TABLE (tenant text, endpoint text, fingerprint bytea, keys text[],
 			   first_at timestamptz, last_at timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1321,6 +1569,8 @@ RETURNS TABLE (key text, outcome text, status integer, body bytea,
 			   expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
@@ -1349,16 +1599,23 @@ CREATE FUNCTION idem_sql_finish_many(ticket bigint, how text, p_tenant text,
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
 	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
 BEGIN
 	PERFORM idem_sql_check_array('statuses', statuses, n, false, false);
-	PERFORM idem_sql_check_array('bodies', bodies, n, false, true);
+	PERFORM idem_sql_check_array('bodies', bodies, n, true, true);
 	PERFORM idem_sql_check_array('attempts', attempts, n, true, true);
 	PERFORM idem_sql_check_array('headers', p_headers, n, true, true);
-	PERFORM idem_sql_check_name('key', k) FROM unnest(p_keys) k;
+	/* every element is checked before any is written, as src/api.c does */
+	FOR i IN 1 .. n LOOP
+		PERFORM idem_sql_check_name('key', p_keys[i]);
+		PERFORM idem_sql_finish_check(how, statuses[i], bodies[i], attempts[i],
+									  p_headers[i]);
+	END LOOP;
 	FOR i IN 1 .. n LOOP
 		PERFORM idem_sql_finish_as(role, how, p_tenant, p_endpoint, p_keys[i],
 								statuses[i], bodies[i], attempts[i],
@@ -1380,6 +1637,7 @@ REVOKE ALL ON FUNCTION idem_sql_finish_as(oid, text, text, text, text, integer, 
 REVOKE ALL ON FUNCTION idem_sql_frozen(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_as(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_check_tenant(oid, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_restriction(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_require_execute(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_times(timestamptz, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_lock(text, text, text, boolean) FROM PUBLIC;
@@ -1444,22 +1702,19 @@ RETURNS interval
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-	keep		interval := idem_sql_guc('idem.outbox_retention', '7d')::interval;
-	retry_window interval := idem_sql_guc('idem.retry_window', '1h')::interval;
-	max_keep	interval := idem_sql_setting('idem.max_retention', '0')::interval;
+	keep		interval := idem_sql_time(idem_sql_guc('idem.outbox_retention', '7d'), 's');
+	retry_window interval := idem_sql_time(idem_sql_guc('idem.retry_window', '1h'), 's');
 BEGIN
 	IF keep <= retry_window THEN
-		RAISE EXCEPTION 'idem.outbox_retention (%) must be longer than idem.retry_window (%)',
-			keep, retry_window
+		RAISE EXCEPTION 'idem.outbox_retention (%s) must be longer than idem.retry_window (%s)',
+			extract(epoch FROM keep)::bigint, extract(epoch FROM retry_window)::bigint
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = 'A business transaction retried after its message was purged would send it again.';
 	END IF;
-	IF max_keep > '0' AND keep > max_keep THEN
-		RAISE EXCEPTION 'retention % is longer than idem.max_retention (%)', keep, max_keep
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'The setting idem.outbox_retention asks for it.',
-				  HINT = 'Ask for a shorter retention, or have the role that installed idem raise idem.max_retention.';
-	END IF;
+	PERFORM idem_sql_check_cap('enqueue', 'retention', keep,
+							   idem_sql_time(idem_sql_setting('idem.max_retention', '0'), 's'),
+							   'idem.max_retention', 's', NULL, 'idem.outbox_retention',
+							   keep, 's');
 	RETURN keep;
 END
 $$;
@@ -1478,11 +1733,13 @@ CREATE FUNCTION idem_sql_enqueue(ticket bigint, p_tenant text, p_topic text,
 								 OUT state text, OUT created_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
 	now			timestamptz := clock_timestamp();
-	limit_bytes	bigint := idem_sql_setting('idem.max_body_size', '1024')::bigint * 1024;
+	limit_bytes	bigint := idem_sql_kilobytes(idem_sql_setting('idem.max_body_size', '1024')) * 1024;
 	max_attempts integer := coalesce(p_max_attempts,
 									 idem_sql_guc('idem.outbox_max_attempts', '10')::integer);
 	m			idem_outbox;
@@ -1561,6 +1818,8 @@ RETURNS TABLE (id bigint, tenant text, topic text, key text, payload bytea,
 			   headers jsonb, attempt integer, lease_expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1588,7 +1847,7 @@ BEGIN
 		p_tenant := idem_sql_bound_tenant(role);
 	END IF;
 	PERFORM idem_sql_require_primary_of('idem_take()', 'idem_outbox');
-	lease_end := (idem_sql_claim_times(now, p_lease, NULL)).lease_expires_at;
+	lease_end := idem_sql_lease_end('take', now, p_lease);
 	OPEN c FOR
 		SELECT o.* FROM idem_outbox o
 		 WHERE o.topic = p_topic AND o.state IN ('queued', 'leased')
@@ -1666,11 +1925,13 @@ CREATE FUNCTION idem_sql_finish_message(ticket bigint, how text, p_id bigint,
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
 	function	text := format('idem_%s()', how);
-	limit_bytes	bigint := idem_sql_setting('idem.max_body_size', '1024')::bigint * 1024;
+	limit_bytes	bigint := idem_sql_kilobytes(idem_sql_setting('idem.max_body_size', '1024')) * 1024;
 	now			timestamptz;
 	m			idem_outbox;
 	s			text;
@@ -1695,7 +1956,7 @@ BEGIN
 	IF p_status IS NOT NULL AND p_status NOT BETWEEN 100 AND 599 THEN
 		RAISE EXCEPTION 'status % is not an HTTP status code', p_status
 			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'An HTTP status code is between 100 and 599.';
+				  DETAIL = 'A status must be between 100 and 599.';
 	END IF;
 	IF octet_length(p_body) > limit_bytes THEN
 		RAISE EXCEPTION 'body of % bytes is larger than idem.max_body_size', octet_length(p_body)
@@ -1738,7 +1999,7 @@ BEGIN
 		RETURN 'queued';
 	END IF;
 	IF m.attempt <> p_attempt OR m.attempt = 0 OR
-	   NOT (s = 'leased' OR (how = 'delivered' AND s = 'unknown')) THEN
+	   NOT (s = 'leased' OR (how LIKE 'delivered%' AND s = 'unknown')) THEN
 		RAISE EXCEPTION '%: attempt % of outbox message % is not its live lease',
 			function, p_attempt, p_id
 			USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -1755,18 +2016,18 @@ BEGIN
 							 format('outcome=queued id=%s attempt=%s', m.id, m.attempt), false);
 		RETURN 'queued';
 	END IF;
-	PERFORM idem_sql_log(how, m.tenant, 'topic', m.topic, m.key,
+	PERFORM idem_sql_log(split_part(how, '_', 1), m.tenant, 'topic', m.topic, m.key,
 						 format('outcome=%s id=%s attempt=%s',
-								CASE how WHEN 'delivered' THEN 'delivered' ELSE 'dead' END,
+								CASE WHEN how LIKE 'delivered%' THEN 'delivered' ELSE 'dead' END,
 								m.id, m.attempt), false);
 	UPDATE idem_outbox o
-	   SET state = CASE how WHEN 'delivered' THEN 'delivered' ELSE 'dead' END,
+	   SET state = CASE WHEN how LIKE 'delivered%' THEN 'delivered' ELSE 'dead' END,
 		   last_error = coalesce(p_error, o.last_error),
 		   status = coalesce(p_status, o.status),
 		   body = coalesce(p_body, o.body),
 		   finished_at = now, expires_at = now + keep
 	 WHERE o.id = p_id;
-	RETURN CASE how WHEN 'delivered' THEN 'delivered' ELSE 'dead' END;
+	RETURN CASE WHEN how LIKE 'delivered%' THEN 'delivered' ELSE 'dead' END;
 END
 $$;
 
@@ -1780,9 +2041,9 @@ RETURNS interval
 LANGUAGE sql VOLATILE
 AS $$
 	SELECT d / 2 + random() * d / 2
-	  FROM (SELECT least(idem_sql_guc('idem.outbox_backoff', '1s')::interval
+	  FROM (SELECT least(idem_sql_time(idem_sql_guc('idem.outbox_backoff', '1s'), 'ms')
 						 * power(2, least(greatest(n - 1, 0), 40)),
-						 idem_sql_guc('idem.outbox_backoff_max', '1h')::interval) AS d) b
+						 idem_sql_time(idem_sql_guc('idem.outbox_backoff_max', '1h'), 'ms')) AS d) b
 $$;
 
 /* A message's state and the receiver's answer (idem_message) */
@@ -1794,6 +2055,8 @@ RETURNS TABLE (id bigint, state text, attempt integer,
 			   expires_at timestamptz, trace text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
@@ -1805,26 +2068,64 @@ BEGIN
 	RETURN QUERY
 		SELECT o.id, idem_sql_shown_state(o, clock_timestamp()), o.attempt,
 			   o.not_before, o.last_error, o.status, o.body, o.created_at,
-			   o.finished_at, o.expires_at, o.trace
+			   o.finished_at,
+			   /* an unfinished message's expires_at is its retention's anchor */
+			   CASE WHEN o.state IN ('delivered', 'dead') THEN o.expires_at END,
+			   o.trace
 		  FROM idem_outbox o
 		 WHERE o.tenant = p_tenant AND o.topic = p_topic AND o.key = p_key;
 END
 $$;
 
-/* Headers as the contract has them: an object of strings or arrays of strings */
+/*
+ * Headers as the contract has them, checked as src/args.c checks them: an
+ * object whose keys are RFC 9110 header names and whose values are strings
+ * without a line break, or arrays of such strings; the detail names the
+ * first header at fault, in jsonb's order of keys.
+ */
 CREATE FUNCTION idem_sql_check_headers(headers jsonb)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
+DECLARE
+	name		text;
+	value		jsonb;
+	element		jsonb;
+	fault		text;
 BEGIN
-	IF headers IS NOT NULL AND (jsonb_typeof(headers) <> 'object' OR EXISTS (
-			SELECT FROM jsonb_each(headers) h
-			 WHERE jsonb_typeof(h.value) NOT IN ('string', 'array')
-				OR (jsonb_typeof(h.value) = 'array' AND EXISTS (
-					SELECT FROM jsonb_array_elements(h.value) e
-					 WHERE jsonb_typeof(e) <> 'string')))) THEN
+	IF headers IS NULL THEN
+		RETURN;
+	END IF;
+	IF jsonb_typeof(headers) <> 'object' THEN
+		fault := 'The value given is not a JSON object.';
+	ELSE
+		<<each>>
+		FOR name, value IN SELECT h.key, h.value FROM jsonb_each(headers) h LOOP
+			IF name !~ '^[-!#$%&''*+.^_`|~0-9A-Za-z]+$' THEN
+				fault := format('"%s" is not a valid header name.', name);
+			ELSIF jsonb_typeof(value) = 'object' THEN
+				fault := format('The value of header "%s" is an object.', name);
+			ELSIF jsonb_typeof(value) = 'array' THEN
+				FOR element IN SELECT e FROM jsonb_array_elements(value) e LOOP
+					fault := CASE jsonb_typeof(element)
+						WHEN 'object' THEN format('The value of header "%s" is an object.', name)
+						WHEN 'array' THEN format('The value of header "%s" has a nested array.', name)
+						WHEN 'string' THEN CASE WHEN element #>> '{}' ~ '[\r\n]'
+							THEN format('The value of header "%s" has a line break or a NUL.', name) END
+						ELSE format('The value of header "%s" is not a string.', name) END;
+					EXIT each WHEN fault IS NOT NULL;
+				END LOOP;
+			ELSIF jsonb_typeof(value) <> 'string' THEN
+				fault := format('The value of header "%s" is not a string.', name);
+			ELSIF value #>> '{}' ~ '[\r\n]' THEN
+				fault := format('The value of header "%s" has a line break or a NUL.', name);
+			END IF;
+			EXIT WHEN fault IS NOT NULL;
+		END LOOP;
+	END IF;
+	IF fault IS NOT NULL THEN
 		RAISE EXCEPTION 'headers must be a JSON object of header names to strings or arrays of strings'
-			USING ERRCODE = 'invalid_parameter_value';
+			USING ERRCODE = 'invalid_parameter_value', DETAIL = fault;
 	END IF;
 END
 $$;
@@ -1839,19 +2140,39 @@ BEGIN
 END
 --@ end
 
---@ body idem_bind(regrole, text) LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, @extschema@, pg_temp
+--@ body idem_bind(regrole, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_check_name('tenant', tenant);
+	PERFORM idem_sql_require_binder();
 	IF role IS NULL THEN
 		RAISE EXCEPTION 'role must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_roles r WHERE r.oid = role::oid) THEN
+		RAISE EXCEPTION 'role with OID % does not exist', role::oid
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	IF tenant IS NULL THEN
+		RAISE EXCEPTION 'tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF tenant = '' THEN
+		RAISE EXCEPTION 'tenant must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF octet_length(tenant) > 255 THEN
+		RAISE EXCEPTION 'tenant is too long'
+			USING ERRCODE = 'string_data_right_truncation',
+				  DETAIL = format('The tenant is %s bytes long; the limit is 255 bytes.',
+								  octet_length(tenant));
 	END IF;
 	INSERT INTO idem_binding AS b (role, tenant) VALUES (role, tenant)
 	ON CONFLICT ON CONSTRAINT idem_binding_pkey DO UPDATE SET tenant = excluded.tenant;
 END
 --@ end
 
---@ body idem_unbind(regrole) LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, @extschema@, pg_temp
+--@ body idem_unbind(regrole) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
+	PERFORM idem_sql_require_binder();
+	IF role IS NULL THEN
+		RAISE EXCEPTION 'role must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
 	DELETE FROM idem_binding b WHERE b.role = idem_unbind.role;
 	RETURN FOUND;
 END
@@ -1890,7 +2211,7 @@ END
 --@ body idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) | idem_fail(text, text, text, integer, text, boolean, integer, jsonb) | idem_fail(text, text, text, integer, jsonb, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	PERFORM idem_sql_finish(idem_sql_ticket(),
-								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
+								CASE retryable WHEN true THEN 'fail_retryable' WHEN false THEN 'fail' END,
 								tenant, endpoint, key, status, idem_sql_bytes(body), attempt,
 								headers);
 END
@@ -1907,7 +2228,9 @@ END
 
 --@ body idem_purge() LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, @extschema@, pg_temp
 /*
- * Expired records, a batch at a time, skipping any that another
+ * Expired records, then finished outbox messages past their retention and
+ * expired budgets (all counted, as src/purge.c counts them), a batch at a
+ * time, skipping any that another
  * transaction has locked (it will be purged next time): a purge never
  * waits for another transaction.  A pending claim whose lease runs is
  * never purged.
@@ -1940,6 +2263,7 @@ BEGIN
 				 LIMIT 10000
 				   FOR UPDATE SKIP LOCKED));
 		GET DIAGNOSTICS n = ROW_COUNT;
+		total := total + n;
 		EXIT WHEN n < 10000;
 	END LOOP;
 	DELETE FROM idem_sql_ticket t
@@ -1948,7 +2272,8 @@ BEGIN
 	 WHERE b.ctid = ANY (ARRAY(
 			SELECT x.ctid FROM idem_budget x WHERE x.expires_at <= now
 			   FOR UPDATE SKIP LOCKED));
-	RETURN total;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN total + n;
 END
 --@ end
 
@@ -2043,7 +2368,7 @@ END
 --@ body idem_fail_many(text, text, text[], integer[], bytea[], boolean, integer[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN (SELECT idem_sql_finish_many(idem_sql_ticket(),
-								CASE WHEN retryable THEN 'fail_retryable' ELSE 'fail' END,
+								CASE retryable WHEN true THEN 'fail_retryable' WHEN false THEN 'fail' END,
 								tenant, endpoint, keys, statuses, bodies,
 								attempts, headers));
 END
@@ -2121,13 +2446,35 @@ END
 
 --@ body idem_delivered_many(bigint[], integer[], integer[], bytea[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 DECLARE
-	n			integer := idem_sql_check_array('ids', ids, NULL, false, false);
+	n			integer := coalesce(idem_sql_check_array('ids', ids, NULL, true, false), 0);
 BEGIN
-	PERFORM idem_sql_check_array('attempts', attempts, n, false, false);
+	IF n = 0 AND coalesce(cardinality(attempts), 0) = 0 THEN
+		RETURN;
+	END IF;
+	PERFORM idem_sql_check_array('attempts', attempts, NULL, true, false);
+	IF attempts IS NULL OR cardinality(attempts) <> n THEN
+		RAISE EXCEPTION 'attempts must have as many elements as ids'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('ids has %s elements, attempts has %s.', n,
+								  coalesce(cardinality(attempts), 0));
+	END IF;
 	PERFORM idem_sql_check_array('statuses', statuses, n, true, true);
 	PERFORM idem_sql_check_array('bodies', bodies, n, true, true);
+	/* the elements' arguments are checked before any is written, as src/outbox.c does */
 	FOR i IN 1 .. n LOOP
-		PERFORM idem_sql_finish_message(idem_sql_ticket(), 'delivered',
+		IF attempts[i] < 1 THEN
+			RAISE EXCEPTION 'attempt % is not a valid attempt number', attempts[i]
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'Attempts are numbered from 1.';
+		END IF;
+		IF statuses[i] NOT BETWEEN 100 AND 599 THEN
+			RAISE EXCEPTION 'status % is not an HTTP status code', statuses[i]
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'A status must be between 100 and 599.';
+		END IF;
+	END LOOP;
+	FOR i IN 1 .. n LOOP
+		PERFORM idem_sql_finish_message(idem_sql_ticket(), 'delivered_many',
 										ids[i], attempts[i], statuses[i],
 										bodies[i], NULL, NULL);
 	END LOOP;

@@ -205,18 +205,6 @@ RESET ROLE;
 SELECT idem_unbind('idem_batch_app');
 DROP ROLE idem_batch_app;
 
--- every element counts in idem_stats as its single call would
-SELECT idem_stats_reset();
-SELECT count(*) FROM idem_claim_many('acme', 'POST /stats', ARRAY['s1', 's2', 's1']);
-SELECT idem_complete_many('acme', 'POST /stats', ARRAY['s1', 's2'], ARRAY[200, 200], NULL);
-SELECT claims_claimed, claims_in_progress, completes
-  FROM idem_stats WHERE datname = current_database();
-
--- a read-only transaction cannot claim or finish a batch
-BEGIN READ ONLY;
-SELECT pg_temp.err($$SELECT * FROM idem_claim_many('acme', 'POST /ro', ARRAY['r1'])$$);
-ROLLBACK;
-
 -- after an error in the middle of a batch, the next calls work as before
 BEGIN;
 SELECT pg_temp.err($$SELECT idem_complete_many('acme', 'POST /fence', ARRAY['a', 'never'],

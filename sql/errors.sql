@@ -96,12 +96,6 @@ SELECT 1;
 ROLLBACK;
 SELECT count(*) FROM idem_record WHERE key = 'in-tx';
 
--- a read-only transaction cannot claim: 25006
-BEGIN READ ONLY;
-SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'ro')$$);
-SELECT count(*) FROM idem_replay('t', 'e', 'status');
-COMMIT;
-
 -- messages name the value
 SELECT idem_complete('t', 'e', 'status', 42, 'b');
 SELECT idem_complete('t', 'e', 'never-claimed', 200, 'b');

@@ -74,9 +74,6 @@ SELECT frozen_at IS NOT NULL AS dated, tenant, endpoint, reason, until FROM idem
 DELETE FROM idem_freeze;
 SELECT outcome FROM idem_claim('acme', 'POST /v1/orders', 'after');
 
--- the counters
-SELECT claims_frozen > 0 AS counted FROM idem_stats WHERE datname = current_database();
-
 -- privileges and the binding
 CREATE ROLE freeze_acme LOGIN;
 SELECT idem_bind('freeze_acme', 'acme');

@@ -4,8 +4,6 @@
 -- (test/isolation/specs/outbox-*.spec).
 CREATE EXTENSION idem;
 \set VERBOSITY default
-SELECT name, setting, unit, context FROM pg_settings
- WHERE name LIKE 'idem.outbox%' ORDER BY name;
 
 -- enqueued, duplicate (same payload: nothing changes), mismatch (another
 -- payload: nothing changes); the same id comes back

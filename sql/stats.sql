@@ -93,4 +93,17 @@ SET idem.trace = 'ok';
 SELECT set_config('idem.trace', repeat('t', 256), true);
 RESET idem.trace;
 
+-- every element of a batch counts as its single call would
+SELECT idem_stats_reset();
+SELECT count(*) FROM idem_claim_many('acme', 'POST /stats', ARRAY['s1', 's2', 's1']);
+SELECT idem_complete_many('acme', 'POST /stats', ARRAY['s1', 's2'], ARRAY[200, 200], NULL);
+SELECT claims_claimed, claims_in_progress, completes
+  FROM idem_stats WHERE datname = current_database();
+
+-- a claim that a freeze stops counts as frozen
+SELECT idem_freeze('acme', 'POST /frozen', 'counted');
+SELECT outcome FROM idem_claim('acme', 'POST /frozen', 'f1');
+SELECT claims_frozen AS frozen FROM idem_stats WHERE datname = current_database();
+SELECT idem_thaw('acme', 'POST /frozen');
+
 DROP EXTENSION idem;

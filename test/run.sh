@@ -8,6 +8,9 @@
 # copy of the PostgreSQL installation (tmp_install/), and runs:
 #   pg_regress   sql/*.sql against expected/*.out
 #   isolation    test/isolation/specs/*.spec against test/isolation/expected
+#   sql-regress  sql/*.sql against the SQL edition through pg_tle
+#                (sql-edition/README.md, "Testing"); sql-isolation, the
+#                specs against it, runs only when IDEM_TEST_SUITES names it
 #   pgTAP        test/pgtap/*.sql through pg_prove
 #   HTTP         test/http/e2e.test.js, the example service (Node.js)
 #   clients      the client packages: clients/node (node --test) and
@@ -33,8 +36,9 @@
 #
 # While working on one thing, run part of it (the full run is the default):
 #   IDEM_TEST_SUITES="regress isolation"    which suites, of: version
-#                                           regress isolation pgtap http
-#                                           clients tap citus
+#                                           regress isolation sql-regress
+#                                           pgtap http clients tap citus
+#                                           (and sql-isolation)
 #   IDEM_TEST_REGRESS="claim errors"        which sql/*.sql files
 #   IDEM_TEST_ISOLATION="claim-race"        which specs
 #   IDEM_TEST_TAP="001_worker"              which test/t/*.pl scripts
@@ -48,7 +52,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh
 
-SUITES=${IDEM_TEST_SUITES:-version regress isolation pgtap http clients tap citus}
+SUITES=${IDEM_TEST_SUITES:-version regress isolation sql-regress pgtap http clients tap citus}
 want() { [[ " $SUITES " == *" $1 "* ]]; }
 
 ensure_packages
@@ -64,8 +68,8 @@ if is_root; then
 			export IDEM_TEST_CITUS_SKIP="building $(basename "$CITUS_TARBALL") failed"
 		fi
 	fi
-	# pg_tle, for the SQL edition's test through it (test/tle/build.sh)
-	if want tap; then
+	# pg_tle, for the SQL edition's tests through it (test/tle/build.sh)
+	if want tap || want sql-regress || want sql-isolation; then
 		bash test/tle/build.sh
 		case $? in
 			0) ;;
@@ -260,6 +264,81 @@ if want isolation; then
 	[ -f "$OUT/isolation_out/regression.diffs" ] && cat "$OUT/isolation_out/regression.diffs"
 fi
 
+# tle_install: a copy of the server's installation with pg_tle and without
+# idem's library or control file, a managed service, in tmp_install_tle
+# (IDEM_TEST_TLE_INSTALL names its prefix); false when pg_tle is not built
+tle_install() {
+	[ -z "${IDEM_TEST_TLE_SKIP:-}" ] && [ -f "$TLE_CACHE/stamp" ] || return 1
+	[ -n "${IDEM_TEST_TLE_INSTALL:-}" ] && return 0
+	local tle=$ROOT/tmp_install_tle
+	rm -rf "$tle"
+	mkdir -p "$tle$PG_BINDIR" "$tle$PG_PKGLIBDIR" "$tle$PG_SHAREDIR"
+	cp -a "$PG_BINDIR/." "$tle$PG_BINDIR/"
+	cp -a "$PG_PKGLIBDIR/." "$tle$PG_PKGLIBDIR/"
+	cp -a "$PG_SHAREDIR/." "$tle$PG_SHAREDIR/"
+	rm -f "$tle$PG_PKGLIBDIR"/idem.so "$tle$PG_SHAREDIR"/extension/idem.control \
+		"$tle$PG_SHAREDIR"/extension/idem--*.sql
+	cp -a "$TLE_CACHE/root/." "$tle/"
+	export IDEM_TEST_TLE_INSTALL=$tle$(dirname "$PG_BINDIR")
+}
+
+# sql_edition_suite NAME DRIVER INPUTS TESTS...: run the C edition's
+# pg_regress (DRIVER pg_regress, INPUTS sql) or isolation (DRIVER
+# pg_isolation_regress, INPUTS specs) files against the SQL edition,
+# installed through pg_tle on a server without idem's library
+# (test/sqled/launcher.sh).  They are compared with the C edition's
+# expected files without their CONTEXT lines (PL/pgSQL adds frames of its
+# own), or with sql-edition/expected/NAME/TEST.out where README's table of
+# differences says why the SQL edition answers otherwise.
+sql_edition_suite() {
+	local name=$1 driver=$2 inputs=$3 source
+	shift 3
+	case $inputs in sql) source=. ;; *) source=test/isolation ;; esac
+	local in=$OUT/${name}_in
+	rm -rf "$in"
+	mkdir -p "$in/expected"
+	cp -a "$source/$inputs" "$in/"
+	for f in "$source"/expected/*.out; do
+		perl -ne '
+			if (/^CONTEXT:  /) { $ctx = 1; next }
+			if ($ctx && /^(PL\/pgSQL function |SQL statement "|SQL function ")/) { next }
+			$ctx = 0; print' "$f" >"$in/expected/$(basename "$f")"
+	done
+	[ -d "sql-edition/expected/$name" ] && cp sql-edition/expected/"$name"/*.out "$in/expected/"
+	IDEM_TLE_SQL=$ROOT/sql-edition/idem_tle.sql IDEM_TLE_BIN=$ROOT/tmp_install_tle$PG_BINDIR \
+		"$PG_PGXSDIR/src/test/$([ "$driver" = pg_regress ] && echo regress || echo isolation)/$driver" \
+		--temp-instance="$OUT/$name" --temp-config=test/sqled/tle.conf \
+		--bindir="$ROOT/tmp_install_tle$PG_BINDIR" --inputdir="$in" \
+		--outputdir="$OUT/${name}_out" --load-extension=pg_tle \
+		--launcher="$ROOT/test/sqled/launcher.sh" --dbname=idem_$name "$@" 2>&1 |
+		tee "$OUT/$name.log"
+	count_regress "$OUT/$name.log"
+	[ -f "$OUT/${name}_out/regression.diffs" ] && cat "$OUT/${name}_out/regression.diffs"
+}
+
+# the same suites against the SQL edition (sql-edition/), through pg_tle
+if want sql-regress || want sql-isolation; then
+	if ! tle_install; then
+		want sql-regress && skip 1 sql-regress "${IDEM_TEST_TLE_SKIP:-pg_tle not built: run make test as root}"
+		want sql-isolation && skip 1 sql-isolation "${IDEM_TEST_TLE_SKIP:-pg_tle not built: run make test as root}"
+	elif ! python3 sql-edition/generate.py >"$OUT/sql-edition.log" 2>&1; then
+		cat "$OUT/sql-edition.log"
+		say "sql-edition/generate.py failed"
+		failed=$((failed + 1))
+	else
+		if want sql-regress; then
+			say "pg_regress against the SQL edition"
+			sql_edition_suite sql-regress pg_regress sql \
+				$(pick "${IDEM_TEST_REGRESS:-}" $(cd sql && ls *.sql | sed 's/\.sql$//'))
+		fi
+		if want sql-isolation; then
+			say "isolation against the SQL edition"
+			sql_edition_suite sql-isolation pg_isolation_regress specs \
+				$(pick "${IDEM_TEST_ISOLATION:-}" $(cd test/isolation/specs && ls *.spec | sed 's/\.spec$//'))
+		fi
+	fi
+fi
+
 # pgTAP (the schema and privileges), the HTTP example and the client
 # packages, against a server of our own (a database each)
 if want pgtap || want http || want clients; then
@@ -350,20 +429,7 @@ fi
 # TAP: the worker, restarts, reloads, a standby (PostgreSQL::Test::Cluster)
 if want tap; then
 	say "TAP"
-	# a server with pg_tle and without idem's library or control file: a
-	# managed service, for test/t/091_sql_edition_tle.pl
-	if [ -z "${IDEM_TEST_TLE_SKIP:-}" ] && [ -f "$TLE_CACHE/stamp" ]; then
-		tle=$ROOT/tmp_install_tle
-		rm -rf "$tle"
-		mkdir -p "$tle$PG_BINDIR" "$tle$PG_PKGLIBDIR" "$tle$PG_SHAREDIR"
-		cp -a "$PG_BINDIR/." "$tle$PG_BINDIR/"
-		cp -a "$PG_PKGLIBDIR/." "$tle$PG_PKGLIBDIR/"
-		cp -a "$PG_SHAREDIR/." "$tle$PG_SHAREDIR/"
-		rm -f "$tle$PG_PKGLIBDIR"/idem.so "$tle$PG_SHAREDIR"/extension/idem.control \
-			"$tle$PG_SHAREDIR"/extension/idem--*.sql
-		cp -a "$TLE_CACHE/root/." "$tle/"
-		export IDEM_TEST_TLE_INSTALL=$tle$(dirname "$PG_BINDIR")
-	fi
+	tle_install || true
 	mkdir -p "$OUT/tap"
 	PG_TEST_TIMEOUT_DEFAULT=90 TESTDIR="$OUT/tap" PG_REGRESS="$PG_PGXSDIR/src/test/regress/pg_regress" \
 		prove -v -I "$PG_PGXSDIR/src/test/perl" \
