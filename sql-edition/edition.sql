@@ -323,6 +323,15 @@ BEGIN
 END
 $$;
 
+/* The message of a call that the binding refuses, naming tenant if known */
+CREATE FUNCTION idem_sql_refused(tenant text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+	SELECT CASE WHEN tenant IS NULL THEN 'permission denied for idem tenants'
+				ELSE format('permission denied for idem tenant "%s"', tenant) END
+$$;
+
 /*
  * The restriction on this call, as src/tenant.c's current_restriction
  * computes it: the bindings of the session user, of the role of SET ROLE,
@@ -338,20 +347,18 @@ CREATE FUNCTION idem_sql_restriction(role oid, tenant text,
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-	set_role	oid := CASE current_setting('role')
-						   WHEN 'none' THEN NULL
-						   ELSE to_regrole(quote_ident(current_setting('role')))::oid
-					   END;
-	actors		oid[] := ARRAY[(SELECT oid FROM pg_roles WHERE rolname = session_user),
-							   set_role, role];
+	actors		oid[];
 	actor		oid;
 	tenants		text[];
-	refused		text := CASE WHEN tenant IS NULL
-							 THEN 'permission denied for idem tenants'
-							 ELSE format('permission denied for idem tenant "%s"', tenant) END;
 BEGIN
 	/* no binding at all, as in a database of one tenant: nothing to join */
 	IF EXISTS (SELECT FROM idem_binding) THEN
+		actors := ARRAY[(SELECT r.oid FROM pg_roles r WHERE r.rolname = session_user),
+						CASE current_setting('role')
+							WHEN 'none' THEN NULL
+							ELSE to_regrole(quote_ident(current_setting('role')))::oid
+						END,
+						role];
 		FOR i IN 1 .. 3 LOOP
 			actor := actors[i];
 			CONTINUE WHEN actor IS NULL OR (i > 1 AND actor = actors[i - 1]) OR
@@ -363,13 +370,13 @@ BEGIN
 					AND pg_has_role(actor, b.role::oid, 'USAGE'));
 			CONTINUE WHEN tenants IS NULL;
 			IF cardinality(tenants) > 1 THEN
-				RAISE EXCEPTION '%', refused
+				RAISE EXCEPTION '%', idem_sql_refused(tenant)
 					USING ERRCODE = 'insufficient_privilege',
 						  DETAIL = format('Role "%s" is bound to idem tenants "%s" and "%s", through the roles whose privileges it has.',
 										  idem_sql_role_name(actor), tenants[1], tenants[2]);
 			END IF;
 			IF bound IS NOT NULL AND bound <> tenants[1] THEN
-				RAISE EXCEPTION '%', refused
+				RAISE EXCEPTION '%', idem_sql_refused(tenant)
 					USING ERRCODE = 'insufficient_privilege',
 						  DETAIL = format('This call acts as role "%s", bound to idem tenant "%s", and as role "%s", bound to idem tenant "%s".',
 										  idem_sql_role_name(by_role), bound,
@@ -381,7 +388,7 @@ BEGIN
 	END IF;
 	IF bound IS NULL AND idem_sql_setting('idem.require_binding', 'off')::boolean AND
 	   NOT idem_sql_is_admin(role) THEN
-		RAISE EXCEPTION '%', refused
+		RAISE EXCEPTION '%', idem_sql_refused(tenant)
 			USING ERRCODE = 'insufficient_privilege',
 				  DETAIL = format('Role "%s" is bound to no idem tenant, and idem.require_binding is on.',
 								  idem_sql_role_name(role));
@@ -595,15 +602,16 @@ $$;
 
 /*
  * The end of a lease that who (a claim, a take) takes at now: its lease
- * argument, or idem.lease; an error for one that is not positive or is
- * over idem.max_lease (src/protocol.c's protocol_lease_end).
+ * argument, or idem.lease (setting); an error for one that is not
+ * positive or is over idem.max_lease (max_lease; 0: none), as
+ * src/protocol.c's protocol_lease_end.
  */
-CREATE FUNCTION idem_sql_lease_end(who text, now timestamptz, lease interval)
+CREATE FUNCTION idem_sql_lease_end(who text, now timestamptz, lease interval,
+								   setting interval, max_lease interval)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-	setting		interval := idem_sql_time(idem_sql_guc('idem.lease', '5min'), 'ms');
 	lease_end	timestamptz;
 BEGIN
 	IF lease IS NOT NULL THEN
@@ -615,9 +623,11 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = format('The lease given was %s.', lease);
 	END IF;
-	PERFORM idem_sql_check_cap(who, 'lease', lease_end - now,
-							   idem_sql_time(idem_sql_setting('idem.max_lease', '0'), 'ms'),
-							   'idem.max_lease', 'ms', lease, 'idem.lease', setting, 'ms');
+	IF max_lease > '0' THEN
+		PERFORM idem_sql_check_cap(who, 'lease', lease_end - now, max_lease,
+								   'idem.max_lease', 'ms', lease, 'idem.lease',
+								   setting, 'ms');
+	END IF;
 	RETURN lease_end;
 END
 $$;
@@ -636,36 +646,41 @@ CREATE FUNCTION idem_sql_claim_times(now timestamptz, lease interval,
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-	retry_window interval := idem_sql_time(idem_sql_guc('idem.retry_window', '1h'), 's');
-	keep		interval := idem_sql_time(idem_sql_guc('idem.retention', '24h'), 's');
-	max_keep	interval := idem_sql_time(idem_sql_setting('idem.max_retention', '0'), 's');
+	s_retry_window interval := idem_sql_time(idem_sql_guc('idem.retry_window', '1h'), 's');
+	s_keep		interval := idem_sql_time(idem_sql_guc('idem.retention', '24h'), 's');
+	s_lease		interval := idem_sql_time(idem_sql_guc('idem.lease', '5min'), 'ms');
+	s_max_keep	interval := idem_sql_time(idem_sql_setting('idem.max_retention', '0'), 's');
+	s_max_lease	interval := idem_sql_time(idem_sql_setting('idem.max_lease', '0'), 'ms');
 BEGIN
-	IF retry_window >= keep THEN
+	IF s_retry_window >= s_keep THEN
 		RAISE EXCEPTION 'idem.retention (%s) must be longer than idem.retry_window (%s)',
-			extract(epoch FROM keep)::bigint, extract(epoch FROM retry_window)::bigint
+			extract(epoch FROM s_keep)::bigint, extract(epoch FROM s_retry_window)::bigint
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = 'A retry that arrives after its record expired would execute the request again.',
 				  HINT = 'Raise idem.retention or lower idem.retry_window.';
 	END IF;
-	lease_expires_at := idem_sql_lease_end('claim', now, lease);
+	lease_expires_at := idem_sql_lease_end('claim', now, lease, s_lease, s_max_lease);
+	IF s_max_keep > '0' THEN
+		PERFORM idem_sql_check_cap('claim', 'lease', lease_expires_at - now, s_max_keep,
+								   'idem.max_retention', 's', lease, 'idem.lease',
+								   s_lease, 'ms');
+	END IF;
 	IF retention IS NOT NULL THEN
 		PERFORM idem_sql_time_plus(now, retention, 'retention');
+		IF now + retention = '-infinity' OR
+		   (now + retention <> 'infinity' AND (now + retention) - now <= s_retry_window) THEN
+			RAISE EXCEPTION 'retention % must be longer than idem.retry_window (%s)',
+				retention, extract(epoch FROM s_retry_window)::bigint
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'A retry that arrives after its record expired would execute the request again.';
+		END IF;
 	END IF;
-	PERFORM idem_sql_check_cap('claim', 'lease', lease_expires_at - now, max_keep,
-							   'idem.max_retention', 's', lease, 'idem.lease',
-							   idem_sql_time(idem_sql_guc('idem.lease', '5min'), 'ms'), 'ms');
-	IF retention IS NOT NULL AND
-	   (now + retention = '-infinity' OR
-		(now + retention <> 'infinity' AND (now + retention) - now <= retry_window)) THEN
-		RAISE EXCEPTION 'retention % must be longer than idem.retry_window (%s)',
-			retention, extract(epoch FROM retry_window)::bigint
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'A retry that arrives after its record expired would execute the request again.';
+	expires_at := now + coalesce(retention, s_keep);
+	IF s_max_keep > '0' THEN
+		PERFORM idem_sql_check_cap('claim', 'retention', expires_at - now, s_max_keep,
+								   'idem.max_retention', 's', retention, 'idem.retention',
+								   s_keep, 's');
 	END IF;
-	expires_at := now + coalesce(retention, keep);
-	PERFORM idem_sql_check_cap('claim', 'retention', expires_at - now, max_keep,
-							   'idem.max_retention', 's', retention, 'idem.retention',
-							   keep, 's');
 	expires_at := greatest(expires_at, lease_expires_at);
 END
 $$;
@@ -692,7 +707,7 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-	taken		integer := coalesce(nullif(current_setting('idem.sql_claim_locks', true), ''), '0')::integer;
+	taken		integer := coalesce(nullif(current_setting('idem_sql.claim_locks', true), ''), '0')::integer;
 	id			bigint := hashtextextended(tenant || chr(1) || endpoint || chr(1) || key,
 										   (SELECT s.lock_salt FROM idem_sql_secret s));
 BEGIN
@@ -705,7 +720,7 @@ BEGIN
 		END IF;
 		PERFORM pg_advisory_xact_lock(id);
 	END IF;
-	PERFORM set_config('idem.sql_claim_locks', (taken + 1)::text, true);
+	PERFORM set_config('idem_sql.claim_locks', (taken + 1)::text, true);
 	RETURN true;
 END
 $$;
@@ -1677,7 +1692,7 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-	taken		integer := coalesce(nullif(current_setting('idem.sql_claim_locks', true), ''), '0')::integer;
+	taken		integer := coalesce(nullif(current_setting('idem_sql.claim_locks', true), ''), '0')::integer;
 	id			bigint := hashtextextended(tenant || chr(1) || topic || chr(1) || ordering_key,
 										   (SELECT s.lock_salt FROM idem_sql_secret s) # 1);
 BEGIN
@@ -1691,7 +1706,7 @@ BEGIN
 	ELSE
 		PERFORM pg_advisory_xact_lock_shared(id);
 	END IF;
-	PERFORM set_config('idem.sql_claim_locks', (taken + 1)::text, true);
+	PERFORM set_config('idem_sql.claim_locks', (taken + 1)::text, true);
 	RETURN true;
 END
 $$;
@@ -1847,7 +1862,9 @@ BEGIN
 		p_tenant := idem_sql_bound_tenant(role);
 	END IF;
 	PERFORM idem_sql_require_primary_of('idem_take()', 'idem_outbox');
-	lease_end := idem_sql_lease_end('take', now, p_lease);
+	lease_end := idem_sql_lease_end('take', now, p_lease,
+								   idem_sql_time(idem_sql_guc('idem.lease', '5min'), 'ms'),
+								   idem_sql_time(idem_sql_setting('idem.max_lease', '0'), 'ms'));
 	OPEN c FOR
 		SELECT o.* FROM idem_outbox o
 		 WHERE o.topic = p_topic AND o.state IN ('queued', 'leased')

@@ -18,7 +18,10 @@
 # IDEM_BENCH_ONLY=clients only fresh and replay against the hand-written
 # SQL at 4 and at 64 clients (IDEM_BENCH_MANY), to compare how each scales;
 # IDEM_BENCH_ONLY=freeze only fresh claims with and without a frozen other
-# endpoint (what the freeze check costs the claims it does not stop).
+# endpoint (what the freeze check costs the claims it does not stop);
+# IDEM_BENCH_ONLY=sql only the SQL edition (sql-edition/idem.sql, in a
+# database of its own, called by its owner, not a superuser) against the
+# same protocol in hand-written PL/pgSQL and against the C edition.
 # The outbox part needs pgmq's source, ../shared/vendor/pgmq-1.5.1.tar.gz
 # or the file IDEM_BENCH_PGMQ names.
 set -euo pipefail
@@ -26,9 +29,9 @@ cd "$(dirname "$0")/.."
 . test/lib.sh
 
 case ${IDEM_BENCH_ONLY:-} in
-"" | batch | outbox | wal | clients | freeze) ;;
+"" | batch | outbox | wal | clients | freeze | sql) ;;
 *)
-	say "IDEM_BENCH_ONLY=$IDEM_BENCH_ONLY: only \"batch\", \"outbox\", \"wal\", \"clients\" and \"freeze\" are known" >&2
+	say "IDEM_BENCH_ONLY=$IDEM_BENCH_ONLY: only \"batch\", \"outbox\", \"wal\", \"clients\", \"freeze\" and \"sql\" are known" >&2
 	exit 1
 	;;
 esac
@@ -538,6 +541,53 @@ freeze_rows() {
 }
 freeze_rounds() {
 	echo "per-round tps (frozen others, none): $(tr '\n' ';' <"$OUT/freeze.txt")"
+}
+
+# IDEM_BENCH_ONLY=sql (issue 32): the SQL edition's fresh claim+complete
+# and replay against the hand-written PL/pgSQL (plpg_claim, plpg_complete)
+# and against the C edition, alternating within each round.  The edition
+# is installed by sql-edition/idem.sql into database bench_sql, owned by
+# role bench_app, which is no superuser and makes the calls, as on a
+# managed service; the baselines run in database bench.
+sql_bench() {
+	local r w e p c
+	python3 sql-edition/generate.py >/dev/null
+	q "CREATE ROLE bench_app LOGIN" >/dev/null
+	q "CREATE DATABASE bench_sql OWNER bench_app" >/dev/null
+	PGDATABASE=bench_sql q "ALTER SCHEMA public OWNER TO bench_app" >/dev/null
+	PGDATABASE=bench_sql PGUSER=bench_app psql -X -q -v ON_ERROR_STOP=1 \
+		-f sql-edition/idem.sql >/dev/null
+	for t in idem_record plpg_record; do fill $t $SMALL; done
+	PGDATABASE=bench_sql PGUSER=bench_app fill idem_record $SMALL
+	say "sql: $ROUNDS rounds of ${SECONDS_PER_RUN}s each, $CLIENTS clients"
+	: >"$OUT/sql.txt"
+	for r in $(seq "$ROUNDS"); do
+		for w in fresh replay; do
+			if [ $((r % 2)) -eq 1 ]; then
+				e=$(PGDATABASE=bench_sql PGUSER=bench_app run ${w}_idem)
+				p=$(run ${w}_plpgsql); c=$(run ${w}_idem)
+			else
+				c=$(run ${w}_idem); p=$(run ${w}_plpgsql)
+				e=$(PGDATABASE=bench_sql PGUSER=bench_app run ${w}_idem)
+			fi
+			echo "$w $e $p $c" | tee -a "$OUT/sql.txt"
+		done
+	done
+}
+sql_rows() {
+	local w e p c what
+	for w in fresh replay; do
+		e=$(awk -v w="$w" '$1 == w {print $2}' "$OUT/sql.txt" | median)
+		p=$(awk -v w="$w" '$1 == w {print $3}' "$OUT/sql.txt" | median)
+		c=$(awk -v w="$w" '$1 == w {print $4}' "$OUT/sql.txt" | median)
+		what="fresh: claim + complete"
+		[ "$w" = replay ] && what="replay: claim of a finished key"
+		echo "| SQL edition, $what, $CLIENTS clients, tps (median of $ROUNDS) | $e | hand-written PL/pgSQL $p | $(ratio "$e" "$p") | ≥ 1.0 |"
+		echo "| the same | $e | C edition $c | $(ratio "$e" "$c") | $([ "$w" = fresh ] && echo "≥ 0.8") |"
+	done
+}
+sql_rounds() {
+	echo "per-round tps (SQL edition, PL/pgSQL, C edition): $(tr '\n' ';' <"$OUT/sql.txt")"
 }
 
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
