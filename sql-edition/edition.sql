@@ -249,36 +249,132 @@ END
 $$;
 
 /*
- * A superuser-only setting of the SQL edition, as text, or the default:
- * its SET in a session that a superuser logged in (where no other role can
- * have made the SET, as in the C edition, where only a superuser may), else
- * its row of idem_setting.  Read by idem's functions that run as the role that installed idem, which
- * alone may read idem_setting; a SQL function without a SET clause, so
- * that it is inlined where it is read.
+ * A time setting's value as the C edition's GUC reads it: a number without
+ * a unit is in the setting's base unit (unit: 's' or 'ms').
+ */
+CREATE FUNCTION idem_sql_time(value text, unit text)
+RETURNS interval
+LANGUAGE sql IMMUTABLE
+AS $$
+	SELECT CASE WHEN value ~ '^\s*[-+]?[0-9]+(\.[0-9]*)?\s*$'
+				THEN (value || ' ' || unit)::interval
+				ELSE value::interval END
+$$;
+
+/*
+ * A superuser-only setting of the SQL edition, as text: its row of
+ * idem_setting, or the default.  Read by idem's functions that run as the
+ * role that installed idem, which alone may read idem_setting; a SQL
+ * function without a SET clause, so that it is inlined where it is read.
  */
 CREATE FUNCTION idem_sql_setting(name text, fallback text)
 RETURNS text
 LANGUAGE sql STABLE
 AS $$
-	SELECT coalesce(CASE WHEN (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user)
-						 THEN nullif(current_setting(name, true), '') END,
-					(SELECT s.value FROM idem_setting s
+	SELECT coalesce((SELECT s.value FROM idem_setting s
 					  WHERE s.name = idem_sql_setting.name), fallback)
 $$;
 
 /*
- * A memory setting's value in kB, as the C edition's GUC reads it: a
- * number without a unit is in kB.
+ * The SET of a superuser-only setting's name in a session that a superuser
+ * logged in, else NULL.  Without a library any role may SET an idem. name,
+ * and in such a session SET ROLE lets a role that is no superuser make the
+ * SET: so it is read only where it makes the table's value stricter (a
+ * smaller cap, a binding required, more decisions logged), never where it
+ * would loosen it.  The C edition's tests SET these names as a superuser
+ * to tighten them, and run unchanged.
  */
-CREATE FUNCTION idem_sql_kilobytes(value text)
-RETURNS bigint
-LANGUAGE sql IMMUTABLE
+CREATE FUNCTION idem_sql_session_setting(name text)
+RETURNS text
+LANGUAGE sql STABLE
 AS $$
-	SELECT (m[1]::numeric * CASE m[2] WHEN '' THEN 1 WHEN 'kB' THEN 1
+	SELECT CASE WHEN (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user)
+				THEN nullif(current_setting(name, true), '') END
+$$;
+
+/*
+ * A cap on a span (idem.max_retention, idem.max_lease; 0: none, a bare
+ * number in unit): idem_setting's, or a smaller one of
+ * idem_sql_session_setting.
+ */
+CREATE FUNCTION idem_sql_cap(name text, unit text)
+RETURNS interval
+LANGUAGE sql STABLE
+AS $$
+	SELECT CASE WHEN v.t <= '0' THEN greatest(v.s, '0')
+				WHEN v.s > '0' THEN least(v.t, v.s)
+				ELSE v.t END
+	  FROM (SELECT idem_sql_time(idem_sql_setting(name, '0'), unit) AS t,
+				   idem_sql_time(idem_sql_session_setting(name), unit) AS s) v
+$$;
+
+/*
+ * A memory setting's value in kB, as the C edition's GUC reads it: a
+ * number without a unit is in kB.  A value the GUC would refuse raises
+ * its error rather than read as no limit.
+ */
+CREATE FUNCTION idem_sql_kilobytes(name text, value text)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	m			text[] := regexp_match(value, '^\s*([0-9]+(?:\.[0-9]*)?)\s*(|B|kB|MB|GB|TB)\s*$');
+BEGIN
+	IF value IS NULL THEN
+		RETURN NULL;
+	END IF;
+	IF m IS NULL THEN
+		RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, value
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Valid units for this parameter are "B", "kB", "MB", "GB", and "TB".';
+	END IF;
+	RETURN (m[1]::numeric * CASE m[2] WHEN '' THEN 1 WHEN 'kB' THEN 1
 									  WHEN 'B' THEN 1.0 / 1024 WHEN 'MB' THEN 1024
 									  WHEN 'GB' THEN 1024 * 1024
-									  WHEN 'TB' THEN 1024 * 1024 * 1024 END)::bigint
-	  FROM regexp_match(value, '^\s*([0-9]+(?:\.[0-9]*)?)\s*(|B|kB|MB|GB|TB)\s*$') m
+									  WHEN 'TB' THEN 1024 * 1024 * 1024 END)::bigint;
+END
+$$;
+
+/*
+ * idem.max_body_size in bytes: idem_setting's, or a smaller one of
+ * idem_sql_session_setting
+ */
+CREATE FUNCTION idem_sql_body_limit()
+RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+	SELECT least(idem_sql_kilobytes('idem.max_body_size',
+									idem_sql_setting('idem.max_body_size', '1024')),
+				 idem_sql_kilobytes('idem.max_body_size',
+									idem_sql_session_setting('idem.max_body_size'))) * 1024
+$$;
+
+/*
+ * idem.require_binding: on in idem_setting, or SET on in a session of
+ * idem_sql_session_setting
+ */
+CREATE FUNCTION idem_sql_require_binding()
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+	SELECT idem_sql_setting('idem.require_binding', 'off')::boolean OR
+		   coalesce(idem_sql_session_setting('idem.require_binding')::boolean, false)
+$$;
+
+/*
+ * idem.log_outcomes: the more of idem_setting's and of
+ * idem_sql_session_setting's (off, conflicts, on; the C edition's hidden
+ * boolean spellings read as on and off)
+ */
+CREATE FUNCTION idem_sql_log_outcomes()
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+	SELECT (ARRAY['off', 'conflicts', 'on'])[1 + max(CASE WHEN v IN ('on', 'true', 'yes', '1') THEN 2
+															WHEN v = 'conflicts' THEN 1
+															ELSE 0 END)]
+	  FROM unnest(ARRAY[lower(idem_sql_setting('idem.log_outcomes', 'off')),
+						lower(idem_sql_session_setting('idem.log_outcomes'))]) v
 $$;
 
 /* A setting any role may set (idem.retention, idem.lease, ...), or the default */
@@ -386,7 +482,7 @@ BEGIN
 			by_role := actor;
 		END LOOP;
 	END IF;
-	IF bound IS NULL AND idem_sql_setting('idem.require_binding', 'off')::boolean AND
+	IF bound IS NULL AND idem_sql_require_binding() AND
 	   NOT idem_sql_is_admin(role) THEN
 		RAISE EXCEPTION '%', idem_sql_refused(tenant)
 			USING ERRCODE = 'insufficient_privilege',
@@ -504,19 +600,6 @@ END
 $$;
 
 /*
- * A time setting's value as the C edition's GUC reads it: a number without
- * a unit is in the setting's base unit (unit: 's' or 'ms').
- */
-CREATE FUNCTION idem_sql_time(value text, unit text)
-RETURNS interval
-LANGUAGE sql IMMUTABLE
-AS $$
-	SELECT CASE WHEN value ~ '^\s*[-+]?[0-9]+(\.[0-9]*)?\s*$'
-				THEN (value || ' ' || unit)::interval
-				ELSE value::interval END
-$$;
-
-/*
  * A time setting's value as SHOW shows the C edition's GUC: in the largest
  * unit that divides it (d, h, min, s, and ms for a setting in ms), a bare
  * number for 0.
@@ -537,9 +620,9 @@ AS $$
 $$;
 
 /*
- * A DBA's cap (idem.max_lease, idem.max_retention of idem_setting; 0:
- * none) on a span that who (a claim, a take, an enqueue) asks for by its
- * argument given, or else by the setting named: src/protocol.c's
+ * A DBA's cap (idem.max_lease, idem.max_retention, as idem_sql_cap reads
+ * them; 0: none) on a span that who (a claim, a take, an enqueue) asks for
+ * by its argument given, or else by the setting named: src/protocol.c's
  * protocol_check_cap, with its message.
  */
 CREATE FUNCTION idem_sql_check_cap(who text, what text, span interval,
@@ -649,8 +732,8 @@ DECLARE
 	s_retry_window interval := idem_sql_time(idem_sql_guc('idem.retry_window', '1h'), 's');
 	s_keep		interval := idem_sql_time(idem_sql_guc('idem.retention', '24h'), 's');
 	s_lease		interval := idem_sql_time(idem_sql_guc('idem.lease', '5min'), 'ms');
-	s_max_keep	interval := idem_sql_time(idem_sql_setting('idem.max_retention', '0'), 's');
-	s_max_lease	interval := idem_sql_time(idem_sql_setting('idem.max_lease', '0'), 'ms');
+	s_max_keep	interval := idem_sql_cap('idem.max_retention', 's');
+	s_max_lease	interval := idem_sql_cap('idem.max_lease', 'ms');
 BEGIN
 	IF s_retry_window >= s_keep THEN
 		RAISE EXCEPTION 'idem.retention (%s) must be longer than idem.retry_window (%s)',
@@ -962,7 +1045,7 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-	mode		text := idem_sql_setting('idem.log_outcomes', 'off');
+	mode		text := idem_sql_log_outcomes();
 BEGIN
 	IF mode = 'on' OR (mode = 'conflicts' AND conflict) THEN
 		RAISE LOG '%', format('idem %s: tenant=%s %s=%s key=%s %s trace=%s', decision,
@@ -1127,7 +1210,7 @@ BEGIN
 	END IF;
 	IF how IS DISTINCT FROM 'release' THEN
 		PERFORM idem_sql_check_headers(headers);
-		limit_bytes := idem_sql_kilobytes(idem_sql_setting('idem.max_body_size', '1024')) * 1024;
+		limit_bytes := idem_sql_body_limit();
 		IF octet_length(body) > limit_bytes THEN
 			RAISE EXCEPTION 'response body of % bytes is larger than idem.max_body_size', octet_length(body)
 				USING ERRCODE = 'program_limit_exceeded',
@@ -1646,6 +1729,10 @@ $$;
  * ticket of the caller's.
  */
 REVOKE ALL ON FUNCTION idem_sql_setting(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_cap(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_body_limit() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_require_binding() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_log_outcomes() FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_decide_claim(oid, text, text, text, bytea, boolean, interval, interval, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_as(oid, text, text, text, bytea, boolean, interval, interval, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_finish_as(oid, text, text, text, text, integer, bytea, integer, jsonb) FROM PUBLIC;
@@ -1727,7 +1814,7 @@ BEGIN
 				  DETAIL = 'A business transaction retried after its message was purged would send it again.';
 	END IF;
 	PERFORM idem_sql_check_cap('enqueue', 'retention', keep,
-							   idem_sql_time(idem_sql_setting('idem.max_retention', '0'), 's'),
+							   idem_sql_cap('idem.max_retention', 's'),
 							   'idem.max_retention', 's', NULL, 'idem.outbox_retention',
 							   keep, 's');
 	RETURN keep;
@@ -1754,7 +1841,7 @@ AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
 	now			timestamptz := clock_timestamp();
-	limit_bytes	bigint := idem_sql_kilobytes(idem_sql_setting('idem.max_body_size', '1024')) * 1024;
+	limit_bytes	bigint := idem_sql_body_limit();
 	max_attempts integer := coalesce(p_max_attempts,
 									 idem_sql_guc('idem.outbox_max_attempts', '10')::integer);
 	m			idem_outbox;
@@ -1864,7 +1951,7 @@ BEGIN
 	PERFORM idem_sql_require_primary_of('idem_take()', 'idem_outbox');
 	lease_end := idem_sql_lease_end('take', now, p_lease,
 								   idem_sql_time(idem_sql_guc('idem.lease', '5min'), 'ms'),
-								   idem_sql_time(idem_sql_setting('idem.max_lease', '0'), 'ms'));
+								   idem_sql_cap('idem.max_lease', 'ms'));
 	OPEN c FOR
 		SELECT o.* FROM idem_outbox o
 		 WHERE o.topic = p_topic AND o.state IN ('queued', 'leased')
@@ -1948,7 +2035,7 @@ AS $$
 DECLARE
 	role			oid := idem_sql_as(ticket);
 	function	text := format('idem_%s()', how);
-	limit_bytes	bigint := idem_sql_kilobytes(idem_sql_setting('idem.max_body_size', '1024')) * 1024;
+	limit_bytes	bigint := idem_sql_body_limit();
 	now			timestamptz;
 	m			idem_outbox;
 	s			text;

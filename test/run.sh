@@ -305,10 +305,10 @@ sql_edition_suite() {
 			$ctx = 0; print' "$f" >"$in/expected/$(basename "$f")"
 	done
 	[ -d "sql-edition/expected/$name" ] && cp sql-edition/expected/"$name"/*.out "$in/expected/"
-	IDEM_TLE_SQL=$ROOT/sql-edition/idem_tle.sql IDEM_TLE_BIN=$ROOT/tmp_install_tle$PG_BINDIR \
+	IDEM_TLE_SQL=$ROOT/sql-edition/idem_tle.sql IDEM_TLE_BIN=$IDEM_TEST_TLE_INSTALL/bin \
 		"$PG_PGXSDIR/src/test/$([ "$driver" = pg_regress ] && echo regress || echo isolation)/$driver" \
 		--temp-instance="$OUT/$name" --temp-config=test/sqled/tle.conf \
-		--bindir="$ROOT/tmp_install_tle$PG_BINDIR" --inputdir="$in" \
+		--bindir="$IDEM_TEST_TLE_INSTALL/bin" --inputdir="$in" \
 		--outputdir="$OUT/${name}_out" --load-extension=pg_tle \
 		--launcher="$ROOT/test/sqled/launcher.sh" --dbname=idem_$name "$@" 2>&1 |
 		tee "$OUT/$name.log"

@@ -19,13 +19,21 @@ for a in "$@"; do
 	prev=$a
 done
 sql() { "$IDEM_TLE_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$db" "$@" </dev/null; }
-if [ "$(sql -c "SELECT count(*) FROM pgtle.available_extensions() WHERE name = 'idem'")" = 0 ]; then
-	sql -f "$IDEM_TLE_SQL" >/dev/null || exit 1
-fi
+registered=$(sql -c "SELECT count(*) FROM pgtle.available_extensions() WHERE name = 'idem'") ||
+	exit 1
+case $registered in
+0) sql -f "$IDEM_TLE_SQL" >/dev/null || exit 1 ;;
+1) ;;
+*)
+	echo "launcher.sh: idem registered $registered times in $db" >&2
+	exit 1
+	;;
+esac
 case $(basename "$client") in
 psql) exec "$@" -v SHOW_CONTEXT=never ;;
 *)
-	sql -c 'CREATE EXTENSION IF NOT EXISTS idem' || exit 1
+	sql -c 'SET client_min_messages = warning' -c 'CREATE EXTENSION IF NOT EXISTS idem' ||
+		exit 1
 	exec "$@"
 	;;
 esac

@@ -343,6 +343,36 @@ like($err, qr/ERROR:  42501: .*\nDETAIL:  Role "stray" is bound to no idem tenan
 	SELECT idem_sql_claim(idem_sql_ticket(), 't', 'e', 'unbound', NULL, false, NULL, NULL, NULL)});
 like($err, qr/ERROR:  42501: .*\nDETAIL:  Role "stray" is bound to no idem tenant/,
 	'nor does calling the worker itself');
+# in a session a superuser logged in, a SET may tighten the table's settings
+# but never loosen them: SET ROLE lets another role make the SET there
+($ret, $out, $err) = $node->psql('appdb', q{
+	SET ROLE stray;
+	SET idem.require_binding = off;
+	SELECT idem_claim('t', 'e', 'unbound');},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/ERROR:  42501: .*\nDETAIL:  Role "stray" is bound to no idem tenant, and idem.require_binding is on/,
+	'a SET after SET ROLE in a superuser\'s session does not lift idem.require_binding');
+as('app', q{UPDATE idem_setting SET value = 'off'});
+as('app', q{INSERT INTO idem_setting VALUES ('idem.max_retention', '30 days')});
+($ret, $out, $err) = $node->psql('appdb', q{
+	SET ROLE stray;
+	SET idem.max_retention = '100d';
+	SELECT idem_claim('t', 'e', 'capped', retention => '31 days');},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/ERROR:  22023: retention 31 days is longer than idem.max_retention/,
+	'nor does it lift a cap');
+($ret, $out, $err) = $node->psql('appdb', q{
+	SET idem.max_retention = '2d';
+	SELECT idem_claim('t', 'e', 'capped', retention => '3 days');},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/ERROR:  22023: retention 3 days is longer than idem.max_retention \(2d\)/,
+	'a smaller cap SET in a superuser\'s session holds');
+as('app', q{INSERT INTO idem_setting VALUES ('idem.max_body_size', '1 megabyte')});
+($ret, $out, $err) = as('stray', q{
+	SELECT idem_claim('t', 'e', 'body');
+	SELECT idem_complete('t', 'e', 'body', 200, 'ok');});
+like($err, qr/ERROR:  22023: invalid value for parameter "idem.max_body_size": "1 megabyte"/,
+	'a body limit the C edition would refuse is an error, not no limit');
 as('app', q{DELETE FROM idem_setting});
 
 # a retry storm: 16 sessions, 40 keys, every effect at most once
