@@ -17,7 +17,7 @@ max_connections = 40
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION idem');
 
-# a million records that expired yesterday, some sharing keys with the storm
+# a million records that expired yesterday, in the storm's tenant and endpoint
 $node->safe_psql('postgres', q{
 	INSERT INTO idem_record (tenant, endpoint, key, state, status, body, attempt,
 							 created_at, claimed_at, lease_expires_at, expires_at)
@@ -26,11 +26,14 @@ $node->safe_psql('postgres', q{
 		   now() - interval '1d'
 	  FROM generate_series(1, 1000000) i;
 	VACUUM ANALYZE idem_record;
+	CREATE SEQUENCE storm_key;
 });
 
 my $script = $node->basedir . '/storm.sql';
 open(my $fh, '>', $script) or die;
-print $fh q{\set k random(1, 1000000000000)
+# each transaction a key of its own: two clients drawing the same key would
+# see the second one's complete refused (55000, the first finished it)
+print $fh q{SELECT nextval('storm_key') AS k \gset
 BEGIN;
 SELECT outcome FROM idem_claim('storm', 'POST /x', 'new-' || :k);
 SELECT idem_complete('storm', 'POST /x', 'new-' || :k, 201, 'ok');
