@@ -16,6 +16,7 @@
 #   clients      the client packages: clients/node (node --test) and
 #                clients/python (pytest, Debian's python3), their artefacts
 #                (npm pack, a wheel) installed into clean directories
+#   sql-clients  HTTP and clients against the SQL edition through pg_tle
 #   TAP          test/t/*.pl (PostgreSQL::Test::Cluster)
 #   Citus        test/citus/*.pl, a coordinator and two workers; Citus is
 #                built once by test/citus/build.sh (as root, which make
@@ -37,8 +38,8 @@
 # While working on one thing, run part of it (the full run is the default):
 #   IDEM_TEST_SUITES="regress isolation"    which suites, of: version
 #                                           regress isolation sql-regress
-#                                           pgtap http clients tap citus
-#                                           (and sql-isolation)
+#                                           pgtap http clients sql-clients
+#                                           tap citus (and sql-isolation)
 #   IDEM_TEST_REGRESS="claim errors"        which sql/*.sql files
 #   IDEM_TEST_ISOLATION="claim-race"        which specs
 #   IDEM_TEST_TAP="001_worker"              which test/t/*.pl scripts
@@ -48,11 +49,12 @@
 #   IDEM_TEST_CITUS_TARBALL=FILE            its source (default
 #                                           ../shared/vendor/citus-*.tar.gz)
 #   IDEM_TEST_PORT=54329                    the pgTAP/HTTP server's port
+#                                           (sql-clients': the next one)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh
 
-SUITES=${IDEM_TEST_SUITES:-version regress isolation sql-regress pgtap http clients tap citus}
+SUITES=${IDEM_TEST_SUITES:-version regress isolation sql-regress pgtap http clients sql-clients tap citus}
 want() { [[ " $SUITES " == *" $1 "* ]]; }
 
 ensure_packages
@@ -69,7 +71,7 @@ if is_root; then
 		fi
 	fi
 	# pg_tle, for the SQL edition's tests through it (test/tle/build.sh)
-	if want tap || want sql-regress || want sql-isolation; then
+	if want tap || want sql-regress || want sql-isolation || want sql-clients; then
 		bash test/tle/build.sh
 		case $? in
 			0) ;;
@@ -316,6 +318,69 @@ sql_edition_suite() {
 	[ -f "$OUT/${name}_out/regression.diffs" ] && cat "$OUT/${name}_out/regression.diffs"
 }
 
+# node_suite DB DIR FILES...: node --test FILES in DIR (its packages
+# installed by npm ci, once per run) against database DB, made here, of the
+# server that PGHOST and PGPORT name; node's TAP reporter ends with
+# "# pass N" and "# fail N" whatever Node's version
+node_suite() {
+	local db=$1 dir=$2 stamp t f
+	shift 2
+	stamp=$OUT/npm-$(echo "$dir" | tr / -)
+	createdb "$db"
+	if [ ! -f "$stamp" ] && ! (cd "$dir" && npm ci --no-audit --no-fund) >"$stamp.log" 2>&1; then
+		cat "$stamp.log"
+		say "npm ci failed in $dir"
+		failed=$((failed + 1))
+		return
+	fi
+	touch "$stamp"
+	(cd "$dir" && PGDATABASE=$db node --test --test-reporter=tap "$@") 2>&1 |
+		tee "$OUT/$db.log"
+	t=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$OUT/$db.log")
+	f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$OUT/$db.log")
+	passed=$((passed + ${t:-0}))
+	failed=$((failed + ${f:-1}))
+}
+
+# http_suite DB: the HTTP example, end to end (test/http), against database
+# DB of the server that PGHOST and PGPORT name
+http_suite() {
+	say "HTTP end to end (test/http, Node.js)${2:+, $2}"
+	node_suite "$1" test/http $(cd test/http && ls *.test.js)
+}
+
+# clients_suite PREFIX [NODE_FILE_LEFT_OUT [LABEL]]: the client packages
+# (clients/) against databases PREFIX_node and PREFIX_python of the server
+# that PGHOST and PGPORT name: clients/node's test files (all, or all but
+# one), and clients/python's pytest, with Debian's python3, whose last line
+# is "N passed, N failed, N errors, N skipped" (any order, each part
+# optional)
+clients_suite() {
+	local db=$1_python sumline
+	say "client packages: clients/node (Node.js)${3:+, $3}"
+	node_suite "$1_node" clients/node $(cd clients/node && ls test/*.test.js | grep -vxF "test/${2:-}")
+	say "client packages: clients/python (pytest)${3:+, $3}"
+	createdb "$db"
+	PGDATABASE=$db PYTHONPATH=$ROOT/clients/python/src \
+		PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -p no:cacheprovider -v \
+		clients/python/tests 2>&1 | tee "$OUT/$db.log"
+	sumline=$(grep -E '^=+ .*(passed|failed|error|skipped).* in [0-9.]+s' "$OUT/$db.log" | tail -1)
+	n() { echo "$sumline" | grep -oE "[0-9]+ $1" | grep -oE '^[0-9]+' || echo 0; }
+	if [ -z "$sumline" ]; then
+		say "clients/python: no pytest summary line"
+		failed=$((failed + 1))
+		return
+	fi
+	passed=$((passed + $(n passed)))
+	failed=$((failed + $(n failed) + $(n 'errors?')))
+	skipped=$((skipped + $(n skipped)))
+	# pytest -v names each skipped test: "PATH::TEST SKIPPED (REASON)"
+	[ "$(n skipped)" -eq 0 ] ||
+		skips+=("clients/python: $(n skipped) skipped by pytest, $(
+			sed -n 's/^\([^ ]*::[^ ]*\) SKIPPED *\(.*[^ ]\) *\[ *[0-9]*%\]$/\1 \2/p; s/^\([^ ]*::[^ ]*\) SKIPPED *\[ *[0-9]*%\]$/\1/p' \
+				"$OUT/$db.log" | sed 's/^.*:://' | paste -sd, - | sed 's/,/, /g')")
+}
+
 # the same suites against the SQL edition (sql-edition/), through pg_tle
 if want sql-regress || want sql-isolation; then
 	if ! tle_install; then
@@ -359,71 +424,50 @@ if want pgtap || want http || want clients; then
 			count_prove "$OUT/pgtap.log"
 		fi
 
-		# the HTTP example, end to end; node's TAP reporter ends with
-		# "# pass N" and "# fail N" whatever Node's version
-		if want http; then
-			say "HTTP end to end (test/http, Node.js)"
-			createdb -h "$SOCK" -p "$PORT" idem_http
-			if (cd test/http && npm ci --no-audit --no-fund) >"$OUT/npm.log" 2>&1; then
-				PGHOST=$SOCK PGPORT=$PORT PGDATABASE=idem_http \
-					node --test --test-reporter=tap test/http/*.test.js 2>&1 |
-					tee "$OUT/http.log"
-				t=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$OUT/http.log")
-				f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$OUT/http.log")
-				passed=$((passed + ${t:-0}))
-				failed=$((failed + ${f:-1}))
-			else
-				cat "$OUT/npm.log"
-				say "npm ci failed in test/http"
-				failed=$((failed + 1))
-			fi
-		fi
-		# the client packages (clients/): node's TAP reporter as above;
-		# pytest's last line "N passed, N failed, N errors, N skipped"
-		# (any order, each part optional), with Debian's python3
-		if want clients; then
-			say "client packages: clients/node (Node.js)"
-			createdb -h "$SOCK" -p "$PORT" idem_clients_node
-			if (cd clients/node && npm ci --no-audit --no-fund) >"$OUT/npm-clients.log" 2>&1; then
-				(cd clients/node && PGHOST=$SOCK PGPORT=$PORT PGDATABASE=idem_clients_node \
-					node --test --test-reporter=tap test/*.test.js) 2>&1 |
-					tee "$OUT/clients-node.log"
-				t=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$OUT/clients-node.log")
-				f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$OUT/clients-node.log")
-				passed=$((passed + ${t:-0}))
-				failed=$((failed + ${f:-1}))
-			else
-				cat "$OUT/npm-clients.log"
-				say "npm ci failed in clients/node"
-				failed=$((failed + 1))
-			fi
-			say "client packages: clients/python (pytest)"
-			createdb -h "$SOCK" -p "$PORT" idem_clients_python
-			PGHOST=$SOCK PGPORT=$PORT PGDATABASE=idem_clients_python PYTHONPATH=$ROOT/clients/python/src \
-				PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -p no:cacheprovider -v \
-				clients/python/tests 2>&1 | tee "$OUT/clients-python.log"
-			sumline=$(grep -E '^=+ .*(passed|failed|error|skipped).* in [0-9.]+s' "$OUT/clients-python.log" | tail -1)
-			n() { echo "$sumline" | grep -oE "[0-9]+ $1" | grep -oE '^[0-9]+' || echo 0; }
-			if [ -z "$sumline" ]; then
-				say "clients/python: no pytest summary line"
-				failed=$((failed + 1))
-			else
-				passed=$((passed + $(n passed)))
-				failed=$((failed + $(n failed) + $(n 'errors?')))
-				skipped=$((skipped + $(n skipped)))
-				# pytest -v names each skipped test: "PATH::TEST SKIPPED (REASON)"
-				[ "$(n skipped)" -eq 0 ] ||
-					skips+=("clients/python: $(n skipped) skipped by pytest, $(
-						sed -n 's/^\([^ ]*::[^ ]*\) SKIPPED *\(.*[^ ]\) *\[ *[0-9]*%\]$/\1 \2/p; s/^\([^ ]*::[^ ]*\) SKIPPED *\[ *[0-9]*%\]$/\1/p' \
-							"$OUT/clients-python.log" | sed 's/^.*:://' | paste -sd, - | sed 's/,/, /g')")
-			fi
-		fi
+		want http && PGHOST=$SOCK PGPORT=$PORT http_suite idem_http
+		want clients && PGHOST=$SOCK PGPORT=$PORT clients_suite idem_clients
 		pg_ctl -D "$PGDATA_TAP" -m fast -w stop >/dev/null
 	else
 		cat "$OUT/pgtap_server.log"
 		failed=$((failed + 1))
 	fi
 	rm -rf "$SOCK"
+fi
+
+# the HTTP example and the client packages against the SQL edition, once:
+# a server of the installation with pg_tle and without idem's library
+# (tle_install), idem registered with pg_tle in template1, so that every
+# database made for a test, or by one, has it; clients/node's
+# test/pack.test.js, which tests the package's tarball and not a database,
+# runs against the C edition only
+if want sql-clients; then
+	if ! tle_install; then
+		skip 1 sql-clients "${IDEM_TEST_TLE_SKIP:-pg_tle not built: run make test as root}"
+	elif ! python3 sql-edition/generate.py >"$OUT/sql-edition.log" 2>&1; then
+		cat "$OUT/sql-edition.log"
+		say "sql-edition/generate.py failed"
+		failed=$((failed + 1))
+	else
+		TLE_BIN=$IDEM_TEST_TLE_INSTALL/bin
+		PGDATA_TLE=$OUT/sql_clients_data
+		SOCK=$(mktemp -d /tmp/idem-sock.XXXXXX)
+		PORT=$((${IDEM_TEST_PORT:-54329} + 1))
+		"$TLE_BIN/initdb" -D "$PGDATA_TLE" -A trust --no-sync >"$OUT/sql_clients_initdb.log" 2>&1
+		cat test/sqled/tle.conf >>"$PGDATA_TLE/postgresql.conf"
+		if "$TLE_BIN/pg_ctl" -D "$PGDATA_TLE" -l "$OUT/sql_clients_server.log" -w \
+			-o "-k $SOCK -c listen_addresses= -p $PORT" start >/dev/null &&
+			"$TLE_BIN/psql" -X -q -h "$SOCK" -p "$PORT" -d template1 -v ON_ERROR_STOP=1 \
+				-c 'CREATE EXTENSION pg_tle' -f sql-edition/idem_tle.sql >"$OUT/sql_clients_register.log" 2>&1; then
+			PGHOST=$SOCK PGPORT=$PORT http_suite idem_sql_http "the SQL edition"
+			PGHOST=$SOCK PGPORT=$PORT clients_suite idem_sql_clients pack.test.js "the SQL edition"
+		else
+			cat "$OUT/sql_clients_server.log" "$OUT/sql_clients_register.log" 2>/dev/null
+			say "sql-clients: no server with the SQL edition"
+			failed=$((failed + 1))
+		fi
+		"$TLE_BIN/pg_ctl" -D "$PGDATA_TLE" -m fast -w stop >/dev/null 2>&1
+		rm -rf "$SOCK"
+	fi
 fi
 
 # TAP: the worker, restarts, reloads, a standby (PostgreSQL::Test::Cluster)
