@@ -264,8 +264,7 @@ $$;
 /*
  * A superuser-only setting of the SQL edition, as text: its row of
  * idem_setting, or the default.  Read by idem's functions that run as the
- * role that installed idem, which alone may read idem_setting; a SQL
- * function without a SET clause, so that it is inlined where it is read.
+ * role that installed idem, which alone may read idem_setting.
  */
 CREATE FUNCTION idem_sql_setting(name text, fallback text)
 RETURNS text
@@ -288,50 +287,71 @@ CREATE FUNCTION idem_sql_session_setting(name text)
 RETURNS text
 LANGUAGE sql STABLE
 AS $$
-	SELECT CASE WHEN (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user)
-				THEN nullif(current_setting(name, true), '') END
+	SELECT CASE WHEN coalesce(current_setting(name, true), '') = '' THEN NULL
+				WHEN (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user)
+				THEN current_setting(name, true) END
 $$;
 
 /*
  * A cap on a span (idem.max_retention, idem.max_lease; 0: none, a bare
  * number in unit): idem_setting's, or a smaller one of
- * idem_sql_session_setting.
+ * idem_sql_session_setting.  A negative value, which the C edition's
+ * setting refuses, raises its error rather than read as no cap.
  */
 CREATE FUNCTION idem_sql_cap(name text, unit text)
 RETURNS interval
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-	SELECT CASE WHEN v.t <= '0' THEN greatest(v.s, '0')
-				WHEN v.s > '0' THEN least(v.t, v.s)
-				ELSE v.t END
-	  FROM (SELECT idem_sql_time(idem_sql_setting(name, '0'), unit) AS t,
-				   idem_sql_time(idem_sql_session_setting(name), unit) AS s) v
+DECLARE
+	t_text		text := idem_sql_setting(name, '0');
+	s_text		text := idem_sql_session_setting(name);
+	t			interval := idem_sql_time(t_text, unit);
+	s			interval := idem_sql_time(s_text, unit);
+BEGIN
+	IF t < '0' OR s < '0' THEN
+		RAISE EXCEPTION 'invalid value for parameter "%": "%"',
+			name, CASE WHEN t < '0' THEN t_text ELSE s_text END
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A cap is 0, for none, or a positive span.';
+	END IF;
+	IF s IS NULL OR s = '0' THEN
+		RETURN t;
+	END IF;
+	IF t = '0' THEN
+		RETURN s;
+	END IF;
+	RETURN least(t, s);
+END
 $$;
 
 /*
  * A memory setting's value in kB, as the C edition's GUC reads it: a
- * number without a unit is in kB.  A value the GUC would refuse raises
- * its error rather than read as no limit.
+ * number without a unit is in kB, and at most what one allocation holds
+ * (src/settings.c's IDEM_MAX_BODY_KB).  A value the GUC would refuse
+ * raises its error rather than read as no limit.
  */
 CREATE FUNCTION idem_sql_kilobytes(name text, value text)
 RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE STRICT
 AS $$
 DECLARE
 	m			text[] := regexp_match(value, '^\s*([0-9]+(?:\.[0-9]*)?)\s*(|B|kB|MB|GB|TB)\s*$');
+	kb			bigint;
 BEGIN
-	IF value IS NULL THEN
-		RETURN NULL;
-	END IF;
 	IF m IS NULL THEN
 		RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, value
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Valid units for this parameter are "B", "kB", "MB", "GB", and "TB".';
 	END IF;
-	RETURN (m[1]::numeric * CASE m[2] WHEN '' THEN 1 WHEN 'kB' THEN 1
-									  WHEN 'B' THEN 1.0 / 1024 WHEN 'MB' THEN 1024
-									  WHEN 'GB' THEN 1024 * 1024
-									  WHEN 'TB' THEN 1024 * 1024 * 1024 END)::bigint;
+	kb := (m[1]::numeric * CASE m[2] WHEN '' THEN 1 WHEN 'kB' THEN 1
+									WHEN 'B' THEN 1.0 / 1024 WHEN 'MB' THEN 1024
+									WHEN 'GB' THEN 1024 * 1024
+									WHEN 'TB' THEN 1024 * 1024 * 1024 END)::bigint;
+	IF kb > 1048575 THEN
+		RAISE EXCEPTION '% kB is outside the valid range for parameter "%" (0 .. 1048575)', kb, name
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	RETURN kb;
 END
 $$;
 
@@ -362,19 +382,39 @@ AS $$
 $$;
 
 /*
- * idem.log_outcomes: the more of idem_setting's and of
- * idem_sql_session_setting's (off, conflicts, on; the C edition's hidden
- * boolean spellings read as on and off)
+ * A value of idem.log_outcomes as a level: 0 off, 1 conflicts, 2 on, with
+ * the C edition's spellings (src/settings.c, its hidden boolean ones
+ * included, in any case); another value raises the setting's error rather
+ * than read as off
+ */
+CREATE FUNCTION idem_sql_log_level(value text)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE STRICT
+AS $$
+BEGIN
+	CASE lower(value)
+		WHEN 'off', 'false', 'no', '0' THEN RETURN 0;
+		WHEN 'conflicts' THEN RETURN 1;
+		WHEN 'on', 'true', 'yes', '1' THEN RETURN 2;
+		ELSE
+			RAISE EXCEPTION 'invalid value for parameter "idem.log_outcomes": "%"', value
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'Available values: off, on, conflicts.';
+	END CASE;
+END
+$$;
+
+/*
+ * idem.log_outcomes: the higher of idem_setting's and of
+ * idem_sql_session_setting's levels
  */
 CREATE FUNCTION idem_sql_log_outcomes()
 RETURNS text
 LANGUAGE sql STABLE
 AS $$
-	SELECT (ARRAY['off', 'conflicts', 'on'])[1 + max(CASE WHEN v IN ('on', 'true', 'yes', '1') THEN 2
-															WHEN v = 'conflicts' THEN 1
-															ELSE 0 END)]
-	  FROM unnest(ARRAY[lower(idem_sql_setting('idem.log_outcomes', 'off')),
-						lower(idem_sql_session_setting('idem.log_outcomes'))]) v
+	SELECT (ARRAY['off', 'conflicts', 'on'])[
+		1 + greatest(idem_sql_log_level(idem_sql_setting('idem.log_outcomes', 'off')),
+					 coalesce(idem_sql_log_level(idem_sql_session_setting('idem.log_outcomes')), 0))]
 $$;
 
 /* A setting any role may set (idem.retention, idem.lease, ...), or the default */

@@ -373,6 +373,19 @@ as('app', q{INSERT INTO idem_setting VALUES ('idem.max_body_size', '1 megabyte')
 	SELECT idem_complete('t', 'e', 'body', 200, 'ok');});
 like($err, qr/ERROR:  22023: invalid value for parameter "idem.max_body_size": "1 megabyte"/,
 	'a body limit the C edition would refuse is an error, not no limit');
+as('app', q{UPDATE idem_setting SET value = '2GB'});
+($ret, $out, $err) = as('stray', q{SELECT idem_complete('t', 'e', 'body', 200, 'ok')});
+like($err, qr/ERROR:  22023: 2097152 kB is outside the valid range for parameter "idem.max_body_size" \(0 \.\. 1048575\)/,
+	'nor one above its range');
+as('app', q{DELETE FROM idem_setting});
+as('app', q{INSERT INTO idem_setting VALUES ('idem.max_retention', '-1h')});
+($ret, $out, $err) = as('stray', q{SELECT idem_claim('t', 'e', 'negative', retention => '1000 days')});
+like($err, qr/ERROR:  22023: invalid value for parameter "idem.max_retention": "-1h"/,
+	'a negative cap is an error, not no cap');
+as('app', q{UPDATE idem_setting SET name = 'idem.log_outcomes', value = 'all'});
+($ret, $out, $err) = as('stray', q{SELECT idem_claim('t', 'e', 'log-all')});
+like($err, qr/ERROR:  22023: invalid value for parameter "idem.log_outcomes": "all"/,
+	'an idem.log_outcomes the C edition would refuse is an error, not off');
 as('app', q{DELETE FROM idem_setting});
 
 # a retry storm: 16 sessions, 40 keys, every effect at most once
