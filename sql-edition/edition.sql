@@ -18,7 +18,10 @@
  *   which it reads itself, and the ticket's role (src/tenant.c has the
  *   rules); an operator tool's worker also requires EXECUTE on the tool
  *   for that role, as PostgreSQL checked it on the tool.  Whoever calls a
- *   worker directly can only hand it a ticket of its own.
+ *   worker directly can only hand it a ticket of its own.  Where no binding
+ *   and no idem.require_binding exist, the calls that only a binding would
+ *   refuse hand their worker no ticket, and the worker refuses that once
+ *   one exists (idem_sql_tickets).
  * - Only the installer may create objects in idem's schema (checked when
  *   it is installed), so that nothing captures a call that idem's
  *   functions make under their search_path.
@@ -161,9 +164,14 @@ GRANT SELECT (id) ON idem_sql_ticket TO PUBLIC;
 /* A ticket of the current role, for the worker about to be called */
 CREATE FUNCTION idem_sql_ticket()
 RETURNS bigint
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
-	INSERT INTO idem_sql_ticket DEFAULT VALUES RETURNING id
+DECLARE
+	id			bigint;
+BEGIN
+	INSERT INTO idem_sql_ticket AS t DEFAULT VALUES RETURNING t.id INTO id;
+	RETURN id;
+END
 $$;
 
 /*
@@ -189,13 +197,76 @@ BEGIN
 END
 $$;
 
+/*
+ * A ticket only where a binding may decide: the calls that a binding
+ * concerns and no operator's rights (claims, their finishes and replays,
+ * the outbox's enqueues, takes and deliveries) check the caller's role
+ * only against the bindings and idem.require_binding.  Where neither
+ * exists, as in a database of one tenant, their API functions hand the
+ * worker no ticket (idem_sql_caller), and the call writes nothing it need
+ * not: a replay is then a read-only transaction.  The worker does not
+ * trust that choice: idem_sql_restriction refuses a call without a ticket
+ * once a binding exists or idem.require_binding is on (42501, as for a
+ * worker called without a ticket), so a binding made between the API
+ * function's look and the worker's fails that one call, never opens it.
+ * PUBLIC may read this view: it tells whether any binding exists, not
+ * which.
+ */
+CREATE VIEW idem_sql_tickets AS
+	SELECT EXISTS (SELECT FROM idem_binding) OR
+		   EXISTS (SELECT FROM idem_setting s
+					WHERE s.name = 'idem.require_binding') AS needed;
+
+COMMENT ON VIEW idem_sql_tickets IS
+	'whether the SQL edition''s calls hand their worker a ticket: some tenant binding or idem.require_binding is set';
+
+REVOKE ALL ON idem_sql_tickets FROM PUBLIC;
+GRANT SELECT ON idem_sql_tickets TO PUBLIC;
+
+/*
+ * The ticket of a call that a binding concerns: a ticket of the current
+ * role (idem_sql_ticket) where a binding may decide, else NULL (see
+ * idem_sql_tickets; a SET of idem.require_binding counts, since a
+ * superuser's session may tighten it)
+ */
+CREATE FUNCTION idem_sql_caller()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+	IF coalesce(current_setting('idem.require_binding', true), '') = '' THEN
+		IF NOT (SELECT t.needed FROM idem_sql_tickets t) THEN
+			RETURN NULL;
+		END IF;
+	END IF;
+	RETURN idem_sql_ticket();
+END
+$$;
+
+/*
+ * The role of the ticket of a call that a binding concerns, consumed
+ * (idem_sql_as), or NULL for none: idem_sql_restriction then refuses the
+ * call if a binding may decide
+ */
+CREATE FUNCTION idem_sql_as_caller(ticket bigint)
+RETURNS oid
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+	IF ticket IS NULL THEN
+		RETURN NULL;
+	END IF;
+	RETURN idem_sql_as(ticket);
+END
+$$;
+
 /* An operator tool's worker: EXECUTE on the tool, for the role of the ticket */
 CREATE FUNCTION idem_sql_require_execute(role oid, tool text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-	IF NOT has_function_privilege(role, to_regprocedure(tool), 'EXECUTE') THEN
+	IF role IS NULL OR NOT has_function_privilege(role, to_regprocedure(tool), 'EXECUTE') THEN
 		RAISE EXCEPTION 'permission denied for function %', split_part(tool, '(', 1)
 			USING ERRCODE = 'insufficient_privilege';
 	END IF;
@@ -254,11 +325,14 @@ $$;
  */
 CREATE FUNCTION idem_sql_time(value text, unit text)
 RETURNS interval
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 AS $$
-	SELECT CASE WHEN value ~ '^\s*[-+]?[0-9]+(\.[0-9]*)?\s*$'
-				THEN (value || ' ' || unit)::interval
-				ELSE value::interval END
+BEGIN
+	IF value ~ '^\s*[-+]?[0-9]+(\.[0-9]*)?\s*$' THEN
+		RETURN (value || ' ' || unit)::interval;
+	END IF;
+	RETURN value::interval;
+END
 $$;
 
 /*
@@ -268,10 +342,14 @@ $$;
  */
 CREATE FUNCTION idem_sql_setting(name text, fallback text)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-	SELECT coalesce((SELECT s.value FROM idem_setting s
-					  WHERE s.name = idem_sql_setting.name), fallback)
+DECLARE
+	value		text;
+BEGIN
+	SELECT s.value INTO value FROM idem_setting s WHERE s.name = idem_sql_setting.name;
+	RETURN coalesce(value, fallback);
+END
 $$;
 
 /*
@@ -285,11 +363,20 @@ $$;
  */
 CREATE FUNCTION idem_sql_session_setting(name text)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-	SELECT CASE WHEN coalesce(current_setting(name, true), '') = '' THEN NULL
-				WHEN (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user)
-				THEN current_setting(name, true) END
+DECLARE
+	value		text := current_setting(name, true);
+BEGIN
+	/* two tests: the first is a simple expression, run without the executor */
+	IF coalesce(value, '') = '' THEN
+		RETURN NULL;
+	END IF;
+	IF NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user) THEN
+		RETURN NULL;
+	END IF;
+	RETURN value;
+END
 $$;
 
 /*
@@ -335,9 +422,17 @@ RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT
 AS $$
 DECLARE
-	m			text[] := regexp_match(value, '^\s*([0-9]+(?:\.[0-9]*)?)\s*(|B|kB|MB|GB|TB)\s*$');
+	m			text[];
 	kb			bigint;
 BEGIN
+	/* a bare number of kB, as the default is, without the pattern below */
+	IF value ~ '^[0-9]{1,7}$' THEN
+		kb := value::bigint;
+		IF kb <= 1048575 THEN
+			RETURN kb;
+		END IF;
+	END IF;
+	m := regexp_match(value, '^\s*([0-9]+(?:\.[0-9]*)?)\s*(|B|kB|MB|GB|TB)\s*$');
 	IF m IS NULL THEN
 		RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, value
 			USING ERRCODE = 'invalid_parameter_value',
@@ -487,6 +582,16 @@ DECLARE
 	actor		oid;
 	tenants		text[];
 BEGIN
+	/* a call without a ticket (idem_sql_caller): only where nothing binds */
+	IF role IS NULL THEN
+		IF EXISTS (SELECT FROM idem_binding) OR idem_sql_require_binding() THEN
+			RAISE EXCEPTION 'permission denied: idem call without a ticket of its caller'
+				USING ERRCODE = 'insufficient_privilege',
+					  DETAIL = 'A tenant binding or idem.require_binding holds, so the call must name its caller.',
+					  HINT = 'Call idem''s API functions; a call that met a binding made while it ran may be retried.';
+		END IF;
+		RETURN;
+	END IF;
 	/* no binding at all, as in a database of one tenant: nothing to join */
 	IF EXISTS (SELECT FROM idem_binding) THEN
 		actors := ARRAY[(SELECT r.oid FROM pg_roles r WHERE r.rolname = session_user),
@@ -887,9 +992,14 @@ DECLARE
 	own			boolean;
 	floor		integer;
 BEGIN
-	PERFORM idem_sql_check_name('tenant', tenant);
-	PERFORM idem_sql_check_name('endpoint', endpoint);
-	PERFORM idem_sql_check_name('key', key);
+	/* one simple expression for the names that pass, the checks for the rest */
+	IF coalesce(tenant = '' OR octet_length(tenant) > 255 OR
+				endpoint = '' OR octet_length(endpoint) > 255 OR
+				key = '' OR octet_length(key) > 255, true) THEN
+		PERFORM idem_sql_check_name('tenant', tenant);
+		PERFORM idem_sql_check_name('endpoint', endpoint);
+		PERFORM idem_sql_check_name('key', key);
+	END IF;
 	IF wait IS NULL THEN
 		RAISE EXCEPTION 'wait must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
@@ -1135,7 +1245,7 @@ AS $$
 DECLARE
 	c			record;
 BEGIN
-	c := idem_sql_claim_as(idem_sql_as(ticket), tenant, endpoint, key, digest,
+	c := idem_sql_claim_as(idem_sql_as_caller(ticket), tenant, endpoint, key, digest,
 						   wait, lease, retention, wait_timeout, false);
 	outcome := c.outcome; status := c.status; body := c.body;
 	headers := c.headers; attempt := c.attempt; created_at := c.created_at;
@@ -1154,7 +1264,7 @@ SET enable_seqscan = off
 SET jit = off
 AS $$
 BEGIN
-	RETURN idem_sql_finish_as(idem_sql_as(ticket), how, tenant, endpoint, key,
+	RETURN idem_sql_finish_as(idem_sql_as_caller(ticket), how, tenant, endpoint, key,
 							  status, body, attempt, headers);
 END
 $$;
@@ -1178,13 +1288,18 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-	role			oid := idem_sql_as(ticket);
+	role			oid := idem_sql_as_caller(ticket);
 	now			timestamptz := clock_timestamp();
 	r			idem_record;
 BEGIN
-	PERFORM idem_sql_check_name('tenant', tenant);
-	PERFORM idem_sql_check_name('endpoint', endpoint);
-	PERFORM idem_sql_check_name('key', key);
+	/* one simple expression for the names that pass, the checks for the rest */
+	IF coalesce(tenant = '' OR octet_length(tenant) > 255 OR
+				endpoint = '' OR octet_length(endpoint) > 255 OR
+				key = '' OR octet_length(key) > 255, true) THEN
+		PERFORM idem_sql_check_name('tenant', tenant);
+		PERFORM idem_sql_check_name('endpoint', endpoint);
+		PERFORM idem_sql_check_name('key', key);
+	END IF;
 	PERFORM idem_sql_check_tenant(role, tenant);
 	IF (pg_is_in_recovery() OR EXISTS (SELECT FROM pg_subscription_rel sr
 										WHERE sr.srrelid = 'idem_record'::regclass))
@@ -1286,9 +1401,14 @@ DECLARE
 	now			timestamptz;
 	why			text;
 BEGIN
-	PERFORM idem_sql_check_name('tenant', tenant);
-	PERFORM idem_sql_check_name('endpoint', endpoint);
-	PERFORM idem_sql_check_name('key', key);
+	/* one simple expression for the names that pass, the checks for the rest */
+	IF coalesce(tenant = '' OR octet_length(tenant) > 255 OR
+				endpoint = '' OR octet_length(endpoint) > 255 OR
+				key = '' OR octet_length(key) > 255, true) THEN
+		PERFORM idem_sql_check_name('tenant', tenant);
+		PERFORM idem_sql_check_name('endpoint', endpoint);
+		PERFORM idem_sql_check_name('key', key);
+	END IF;
 	PERFORM idem_sql_finish_check(how, status, body, attempt, headers);
 	PERFORM idem_sql_check_tenant(role, tenant);
 	PERFORM idem_sql_require_primary(function);
@@ -1711,7 +1831,7 @@ SET enable_seqscan = off
 SET jit = off
 AS $$
 DECLARE
-	role			oid := idem_sql_as(ticket);
+	role			oid := idem_sql_as_caller(ticket);
 	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
 	c			record;
 BEGIN
@@ -1741,7 +1861,7 @@ SET enable_seqscan = off
 SET jit = off
 AS $$
 DECLARE
-	role			oid := idem_sql_as(ticket);
+	role			oid := idem_sql_as_caller(ticket);
 	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
 BEGIN
 	PERFORM idem_sql_check_array('statuses', statuses, n, false, false);
@@ -1778,6 +1898,7 @@ REVOKE ALL ON FUNCTION idem_sql_claim_as(oid, text, text, text, bytea, boolean, 
 REVOKE ALL ON FUNCTION idem_sql_finish_as(oid, text, text, text, text, integer, bytea, integer, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_frozen(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_as(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_as_caller(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_check_tenant(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_restriction(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_require_execute(oid, text) FROM PUBLIC;
@@ -1879,7 +2000,7 @@ SET enable_seqscan = off
 SET jit = off
 AS $$
 DECLARE
-	role			oid := idem_sql_as(ticket);
+	role			oid := idem_sql_as_caller(ticket);
 	now			timestamptz := clock_timestamp();
 	limit_bytes	bigint := idem_sql_body_limit();
 	max_attempts integer := coalesce(p_max_attempts,
@@ -1965,7 +2086,7 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-	role			oid := idem_sql_as(ticket);
+	role			oid := idem_sql_as_caller(ticket);
 	now			timestamptz := clock_timestamp();
 	lease_end	timestamptz;
 	taken		integer := 0;
@@ -2073,7 +2194,7 @@ SET enable_seqscan = off
 SET jit = off
 AS $$
 DECLARE
-	role			oid := idem_sql_as(ticket);
+	role			oid := idem_sql_as_caller(ticket);
 	function	text := format('idem_%s()', how);
 	limit_bytes	bigint := idem_sql_body_limit();
 	now			timestamptz;
@@ -2203,7 +2324,7 @@ SET enable_seqscan = off
 SET jit = off
 AS $$
 DECLARE
-	role			oid := idem_sql_as(ticket);
+	role			oid := idem_sql_as_caller(ticket);
 BEGIN
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('topic', p_topic);
@@ -2325,7 +2446,7 @@ END
 --@ body idem_claim(text, text, text, bytea, boolean, interval, interval, interval) | idem_claim(text, text, text, text, boolean, interval, interval, interval) | idem_claim(text, text, text, jsonb, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
-	  FROM idem_sql_claim(idem_sql_ticket(), tenant, endpoint, key,
+	  FROM idem_sql_claim(idem_sql_caller(), tenant, endpoint, key,
 								 idem_sql_digest(fingerprint), wait, lease,
 								 retention, wait_timeout);
 END
@@ -2336,7 +2457,7 @@ END
 --@ body idem_replay(text, text, text, bytea) | idem_replay(text, text, text, text) | idem_replay(text, text, text, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_replay(idem_sql_ticket(), tenant, endpoint,
+	SELECT * FROM idem_sql_replay(idem_sql_caller(), tenant, endpoint,
 								  key, idem_sql_digest(fingerprint));
 END
 --@ end
@@ -2345,7 +2466,7 @@ END
 
 --@ body idem_complete(text, text, text, integer, bytea, integer, jsonb) | idem_complete(text, text, text, integer, text, integer, jsonb) | idem_complete(text, text, text, integer, jsonb, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish(idem_sql_ticket(), 'complete', tenant,
+	PERFORM idem_sql_finish(idem_sql_caller(), 'complete', tenant,
 								endpoint, key, status, idem_sql_bytes(body), attempt, headers);
 END
 --@ end
@@ -2354,7 +2475,7 @@ END
 
 --@ body idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) | idem_fail(text, text, text, integer, text, boolean, integer, jsonb) | idem_fail(text, text, text, integer, jsonb, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish(idem_sql_ticket(),
+	PERFORM idem_sql_finish(idem_sql_caller(),
 								CASE retryable WHEN true THEN 'fail_retryable' WHEN false THEN 'fail' END,
 								tenant, endpoint, key, status, idem_sql_bytes(body), attempt,
 								headers);
@@ -2365,7 +2486,7 @@ END
 
 --@ body idem_release(text, text, text, integer) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_finish(idem_sql_ticket(), 'release', tenant,
+	RETURN (SELECT idem_sql_finish(idem_sql_caller(), 'release', tenant,
 						   endpoint, key, NULL, NULL, attempt, NULL));
 END
 --@ end
@@ -2492,7 +2613,7 @@ END
 --@ body idem_claim_many(text, text, text[], bytea[], interval, interval) | idem_claim_many(text, text, text[], text[], interval, interval) | idem_claim_many(text, text, text[], jsonb[], interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_claim_many(idem_sql_ticket(), tenant, endpoint,
+	SELECT * FROM idem_sql_claim_many(idem_sql_caller(), tenant, endpoint,
 									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
 											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
 									  lease, retention);
@@ -2503,7 +2624,7 @@ END
 
 --@ body idem_complete_many(text, text, text[], integer[], bytea[], integer[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_finish_many(idem_sql_ticket(), 'complete', tenant,
+	RETURN (SELECT idem_sql_finish_many(idem_sql_caller(), 'complete', tenant,
 								endpoint, keys, statuses, bodies, attempts,
 								headers));
 END
@@ -2511,7 +2632,7 @@ END
 
 --@ body idem_fail_many(text, text, text[], integer[], bytea[], boolean, integer[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_finish_many(idem_sql_ticket(),
+	RETURN (SELECT idem_sql_finish_many(idem_sql_caller(),
 								CASE retryable WHEN true THEN 'fail_retryable' WHEN false THEN 'fail' END,
 								tenant, endpoint, keys, statuses, bodies,
 								attempts, headers));
@@ -2521,7 +2642,7 @@ END
 --@ body idem_enqueue(text, text, text, bytea, jsonb, timestamptz, text, integer, boolean) | idem_enqueue(text, text, text, text, jsonb, timestamptz, text, integer, boolean) | idem_enqueue(text, text, text, jsonb, jsonb, timestamptz, text, integer, boolean) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	SELECT * INTO outcome, id, state, created_at
-	  FROM idem_sql_enqueue(idem_sql_ticket(), tenant, topic, key,
+	  FROM idem_sql_enqueue(idem_sql_caller(), tenant, topic, key,
 								   idem_sql_bytes(payload), headers, not_before, ordering_key,
 								   max_attempts, redeliver);
 END
@@ -2530,26 +2651,26 @@ END
 
 
 --@ body idem_take(text, integer, interval, text) LANGUAGE sql SET search_path = pg_catalog, @extschema@, pg_temp
-	SELECT * FROM idem_sql_take(idem_sql_ticket(), topic, max_messages, lease, tenant)
+	SELECT * FROM idem_sql_take(idem_sql_caller(), topic, max_messages, lease, tenant)
 --@ end
 
 --@ body idem_delivered(bigint, integer, integer, bytea) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish_message(idem_sql_ticket(), 'delivered',
+	PERFORM idem_sql_finish_message(idem_sql_caller(), 'delivered',
 										id, attempt, status, body, NULL, NULL);
 END
 --@ end
 
 --@ body idem_retry(bigint, integer, text, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	RETURN (SELECT idem_sql_finish_message(idem_sql_ticket(), 'retry', id,
+	RETURN (SELECT idem_sql_finish_message(idem_sql_caller(), 'retry', id,
 								   attempt, NULL, NULL, error, after));
 END
 --@ end
 
 --@ body idem_dead(bigint, integer, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
-	PERFORM idem_sql_finish_message(idem_sql_ticket(), 'dead', id,
+	PERFORM idem_sql_finish_message(idem_sql_caller(), 'dead', id,
 										attempt, NULL, NULL, error, NULL);
 END
 --@ end
@@ -2564,7 +2685,7 @@ END
 --@ body idem_message(text, text, text) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 BEGIN
 	RETURN QUERY
-	SELECT * FROM idem_sql_message(idem_sql_ticket(), tenant, topic, key);
+	SELECT * FROM idem_sql_message(idem_sql_caller(), tenant, topic, key);
 END
 --@ end
 
@@ -2577,7 +2698,7 @@ BEGIN
 	PERFORM idem_sql_check_array('headers', headers, n, true, true);
 	PERFORM idem_sql_check_name('key', k) FROM unnest(keys) k;
 	FOR i IN 1 .. n LOOP
-		e := idem_sql_enqueue(idem_sql_ticket(), tenant, topic, keys[i],
+		e := idem_sql_enqueue(idem_sql_caller(), tenant, topic, keys[i],
 							  idem_sql_bytes(payloads[i]), headers[i],
 							  NULL, NULL, NULL, true);
 		key := keys[i]; outcome := e.outcome; id := e.id; state := e.state;
@@ -2618,7 +2739,7 @@ BEGIN
 		END IF;
 	END LOOP;
 	FOR i IN 1 .. n LOOP
-		PERFORM idem_sql_finish_message(idem_sql_ticket(), 'delivered_many',
+		PERFORM idem_sql_finish_message(idem_sql_caller(), 'delivered_many',
 										ids[i], attempts[i], statuses[i],
 										bodies[i], NULL, NULL);
 	END LOOP;

@@ -325,6 +325,23 @@ like($err, qr/ERROR:  42501: permission denied for function idem_forget/,
 ($ret, $out, $err) = as('acme_role', q{SELECT idem_sql_replay(1, 'globex', 'POST /o', 'k1', NULL)});
 like($err, qr/ERROR:  42501: permission denied: idem call without a ticket of its caller/,
 	'a worker without a ticket of the caller refuses');
+# once a binding exists, a worker of the calls that need no ticket where
+# nothing binds refuses a call without one, whoever makes it
+for my $case (
+	[ 'acme_role', q{SELECT idem_sql_claim(NULL, 'globex', 'e', 'b4', NULL, false, NULL, NULL, NULL)}, 'a claim' ],
+	[ 'stray', q{SELECT count(*) FROM idem_sql_replay(NULL, 't', 'POST /o', 'k1', NULL)}, 'a replay' ],
+	[ 'acme_role', q{SELECT idem_sql_finish(NULL, 'complete', 'globex', 'e', 'b4', 200, NULL, NULL, NULL)}, 'a complete' ],
+	[ 'stray', q{SELECT count(*) FROM idem_sql_take(NULL, 'mail', 10, NULL, NULL)}, 'a take' ])
+{
+	($ret, $out, $err) = as($case->[0], $case->[1]);
+	like($err, qr/ERROR:  42501: permission denied: idem call without a ticket of its caller/,
+		"$case->[2] without a ticket while a binding exists: 42501");
+}
+($ret, $out) = as('app', q{SELECT needed FROM idem_sql_tickets});
+is($out, 't', 'idem_sql_tickets says a ticket is needed once a binding exists');
+($ret, $out, $err) = as('stray', q{SELECT idem_sql_finish_message(NULL, 'requeue', 1, NULL, NULL, NULL, NULL, NULL)});
+like($err, qr/ERROR:  42501: permission denied for function idem_requeue/,
+	'an operator tool\'s check refuses a call without a ticket');
 ($ret, $out, $err) = as('stray', q{SELECT idem_sql_list(idem_sql_ticket(), 't', NULL, 10)});
 like($err, qr/ERROR:  42501: permission denied for function idem_list/,
 	'an operator tool\'s worker needs EXECUTE on the tool');
