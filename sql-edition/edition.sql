@@ -226,15 +226,16 @@ GRANT SELECT ON idem_sql_tickets TO PUBLIC;
 /*
  * The ticket of a call that a binding concerns: a ticket of the current
  * role (idem_sql_ticket) where a binding may decide, else NULL (see
- * idem_sql_tickets; a SET of idem.require_binding counts, since a
- * superuser's session may tighten it)
+ * idem_sql_tickets; a SET of idem.require_binding to anything but off
+ * counts, since a superuser's session may tighten it)
  */
 CREATE FUNCTION idem_sql_caller()
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-	IF coalesce(current_setting('idem.require_binding', true), '') = '' THEN
+	IF lower(coalesce(current_setting('idem.require_binding', true), ''))
+	   IN ('', 'off', 'of', 'false', 'f', 'no', 'n', '0') THEN
 		IF NOT (SELECT t.needed FROM idem_sql_tickets t) THEN
 			RETURN NULL;
 		END IF;
