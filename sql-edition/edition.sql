@@ -207,8 +207,10 @@ $$;
  * not: a replay is then a read-only transaction.  The worker does not
  * trust that choice: idem_sql_restriction refuses a call without a ticket
  * once a binding exists or idem.require_binding is on (42501, as for a
- * worker called without a ticket), so a binding made between the API
- * function's look and the worker's fails that one call, never opens it.
+ * worker called without a ticket), so under READ COMMITTED a binding made
+ * between the API function's look and the worker's fails that one call,
+ * never opens it (under REPEATABLE READ a binding holds from the
+ * transaction's end, ticket or none: README's table of differences).
  * PUBLIC may read this view: it tells whether any binding exists, not
  * which.
  */
@@ -267,7 +269,8 @@ RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-	IF role IS NULL OR NOT has_function_privilege(role, to_regprocedure(tool), 'EXECUTE') THEN
+	IF role IS NULL OR
+	   NOT coalesce(has_function_privilege(role, to_regprocedure(tool), 'EXECUTE'), false) THEN
 		RAISE EXCEPTION 'permission denied for function %', split_part(tool, '(', 1)
 			USING ERRCODE = 'insufficient_privilege';
 	END IF;
@@ -373,7 +376,7 @@ BEGIN
 	IF coalesce(value, '') = '' THEN
 		RETURN NULL;
 	END IF;
-	IF NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user) THEN
+	IF NOT coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user), false) THEN
 		RETURN NULL;
 	END IF;
 	RETURN value;
@@ -548,7 +551,7 @@ RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-	IF NOT idem_sql_is_admin((SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user)) THEN
+	IF NOT coalesce(idem_sql_is_admin((SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user)), false) THEN
 		RAISE EXCEPTION 'must be superuser to change idem tenant bindings'
 			USING ERRCODE = 'insufficient_privilege';
 	END IF;
@@ -1402,6 +1405,14 @@ DECLARE
 	now			timestamptz;
 	why			text;
 BEGIN
+	/*
+	 * a worker called directly: no other how finishes a claim (NULL is
+	 * idem_fail's retryable => NULL, which idem_sql_finish_check refuses)
+	 */
+	IF how NOT IN ('complete', 'fail', 'fail_retryable', 'release') THEN
+		RAISE EXCEPTION 'invalid finish of an idem claim: "%"', how
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
 	/* one simple expression for the names that pass, the checks for the rest */
 	IF coalesce(tenant = '' OR octet_length(tenant) > 255 OR
 				endpoint = '' OR octet_length(endpoint) > 255 OR
@@ -2203,6 +2214,11 @@ DECLARE
 	s			text;
 	keep		interval;
 BEGIN
+	/* a worker called directly: no other how skips the checks below */
+	IF how IS NULL OR how NOT IN ('delivered', 'delivered_many', 'retry', 'dead', 'requeue') THEN
+		RAISE EXCEPTION 'invalid finish of an idem message: "%"', how
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
 	IF how = 'requeue' THEN
 		PERFORM idem_sql_require_execute(role, 'idem_requeue(bigint)');
 	END IF;

@@ -337,11 +337,27 @@ for my $case (
 	like($err, qr/ERROR:  42501: permission denied: idem call without a ticket of its caller/,
 		"$case->[2] without a ticket while a binding exists: 42501");
 }
+($ret, $out, $err) = as('acme_role', q{
+	SELECT idem_sql_finish_message(idem_sql_ticket(), NULL, 1, NULL, NULL, NULL, NULL, NULL)});
+like($err, qr/ERROR:  22023: invalid finish of an idem message/,
+	'a message\'s worker called with no finish refuses, rather than skip its checks');
+($ret, $out, $err) = as('acme_role', q{
+	SELECT idem_sql_finish(idem_sql_ticket(), 'dead', 'acme', 'e', 'b1', 200, NULL, NULL, NULL)});
+like($err, qr/ERROR:  22023: invalid finish of an idem claim/,
+	'so does a claim\'s');
 ($ret, $out) = as('app', q{SELECT needed FROM idem_sql_tickets});
 is($out, 't', 'idem_sql_tickets says a ticket is needed once a binding exists');
 ($ret, $out, $err) = as('stray', q{SELECT idem_sql_finish_message(NULL, 'requeue', 1, NULL, NULL, NULL, NULL, NULL)});
 like($err, qr/ERROR:  42501: permission denied for function idem_requeue/,
 	'an operator tool\'s check refuses a call without a ticket');
+($ret, $out, $err) = as('stray', q{SELECT idem_sql_list(idem_sql_ticket(), 't', NULL, 10)});
+like($err, qr/ERROR:  42501: permission denied for function idem_list/,
+	'an operator tool\'s worker needs EXECUTE on the tool');
+as('app', q{ALTER FUNCTION idem_forget(text, text, text) RENAME TO idem_forget_renamed});
+($ret, $out, $err) = as('stray', q{SELECT idem_sql_forget(idem_sql_ticket(), 't', 'e', 'b1')});
+as('app', q{ALTER FUNCTION idem_forget_renamed(text, text, text) RENAME TO idem_forget});
+like($err, qr/ERROR:  42501: permission denied for function idem_forget/,
+	'nor does an operator tool\'s worker open when its tool cannot be found');
 ($ret, $out, $err) = as('stray', q{SELECT idem_sql_list(idem_sql_ticket(), 't', NULL, 10)});
 like($err, qr/ERROR:  42501: permission denied for function idem_list/,
 	'an operator tool\'s worker needs EXECUTE on the tool');
