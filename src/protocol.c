@@ -437,12 +437,34 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 	IdemRecord	snap;
 	IdemRecord	rec;
 	bool		have_snap;
+	bool		probed = false;
+	RecordProbe found = RECORD_ABSENT;
 
 	*own_claim = false;
 	ra = record_open(batch);
 
+	/*
+	 * Where a settled probe stands for what the snapshot shows, one look
+	 * serves the replay below and the loop's first decision: one descent of
+	 * the key index instead of two.  A key another transaction is writing
+	 * is read with the snapshot too, for answer_busy.
+	 */
+	if (record_probe_shows_snapshot(ra))
+	{
+		found = record_probe(ra, key, false, RECORD_FOR_CLAIM, &rec,
+							 own_claim);
+		probed = found != RECORD_BUSY;
+	}
+	if (probed)
+	{
+		have_snap = found == RECORD_FOUND;
+		if (have_snap)
+			snap = rec;
+	}
+	else
+		have_snap = record_fetch(ra, key, &snap);
+
 	/* A finished record is final: replay it without locking anything. */
-	have_snap = record_fetch(ra, key, &snap);
 	if (have_snap && !record_expired(&snap, now) && is_final(&snap))
 	{
 		answer_with(answer, settled_outcome(&snap, fp, now), &snap);
@@ -454,12 +476,14 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 
 	for (;;)
 	{
-		RecordProbe found;
 		IdemRecord	next;
 
 		CHECK_FOR_INTERRUPTS();
-		found = record_probe(ra, key, wait, RECORD_FOR_CLAIM, &rec,
-							 own_claim);
+		/* a write finds out whether the first probe's version was stale */
+		if (!probed)
+			found = record_probe(ra, key, wait, RECORD_FOR_CLAIM, &rec,
+								 own_claim);
+		probed = false;
 		now = GetCurrentTimestamp();
 		claim_times(now, lease, retention, &lease_expires_at, &expires_at);
 

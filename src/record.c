@@ -25,7 +25,9 @@
  * after a relcache invalidation of either table.
  *
  * - A read (a replay, or a claim's first look) scans the unique index with
- *   the active snapshot.
+ *   the active snapshot; under READ COMMITTED a claim's first look is the
+ *   probe instead, when it finds the key settled
+ *   (record_probe_shows_snapshot).
  * - A probe scans it with a dirty snapshot, which shows a version that
  *   another transaction is inserting, updating or deleting: a claim then
  *   answers in_progress at once, or with wait waits as core's conflict
@@ -299,6 +301,23 @@ bool
 record_fetch(RecordAccess *ra, const IdemKey *key, IdemRecord *rec)
 {
 	return ra->methods->fetch(ra, key, rec);
+}
+
+/*
+ * Whether a probe that finds the key settled (RECORD_ABSENT, or
+ * RECORD_FOUND) may stand in for record_fetch: on the direct way under
+ * READ COMMITTED.  There the probe's version is the newest committed one
+ * (or this transaction's own), and a statement may act on that, as
+ * INSERT ... ON CONFLICT does: a version that committed after the
+ * statement's snapshot was taken is only newer than the one the snapshot
+ * shows.  Under REPEATABLE READ and SERIALIZABLE the transaction's
+ * snapshot must be read (check_version compares the two), and the SQL
+ * way's probe takes the key's lock, which a replay must not.
+ */
+bool
+record_probe_shows_snapshot(RecordAccess *ra)
+{
+	return ra->methods == &direct_methods && !IsolationUsesXactSnapshot();
 }
 
 /*
