@@ -477,10 +477,17 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 	for (;;)
 	{
 		IdemRecord	next;
+		bool		early = probed;
 
 		CHECK_FOR_INTERRUPTS();
-		/* a write finds out whether the first probe's version was stale */
-		if (!probed)
+
+		/*
+		 * The write's locks may have waited since the first look: a write
+		 * finds out whether that look was stale (the insert's conflict, the
+		 * lock's RECORD_CHANGED), but an answer that writes nothing would
+		 * rest on it, so such an answer looks again first.
+		 */
+		if (!early)
 			found = record_probe(ra, key, wait, RECORD_FOR_CLAIM, &rec,
 								 own_claim);
 		probed = false;
@@ -496,6 +503,8 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 		{
 			if (freeze_holds(key, now))
 			{
+				if (early)
+					continue;
 				answer_frozen(answer);
 				break;
 			}
@@ -531,12 +540,16 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 		}
 		else
 		{
+			if (early)
+				continue;
 			answer_with(answer, settled_outcome(&rec, fp, now), &rec);
 			break;
 		}
 
 		if (freeze_holds(key, now))
 		{
+			if (early)
+				continue;
 			answer_frozen(answer);
 			break;
 		}
