@@ -494,40 +494,44 @@ floor_bucket(const IdemKey *key)
  * higher than it had to be; attempts only have to grow), but can miss a
  * version that a non-HOT update of the row gave an index entry while the
  * scan ran.  So only the read that decides is exact.
+ *
+ * The floor, its index and a slot stay open from a bracket's first read
+ * to its close: a batch's claims (idem_claim_many) open them once.
  */
 static int32
-attempt_floor(const IdemKey *key, bool exact)
+attempt_floor(RecordAccess *ra, int32 bucket, bool exact)
 {
-	Relation	floor;
-	Relation	index;
 	ScanKeyData skey;
 	IndexScanDesc scan;
-	TupleTableSlot *slot;
 	SnapshotData dirty;
 	Snapshot	snapshot;
 	int32		result = 0;
 
-	floor = access_open(&record_table, true, AccessShareLock);
-	index = index_open(tables.floor_index, AccessShareLock);
-	slot = table_slot_create(floor, NULL);
+	if (ra->floor == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ra->bracket);
+
+		ra->floor = access_open(&record_table, true, AccessShareLock);
+		ra->floor_index = index_open(tables.floor_index, AccessShareLock);
+		ra->floor_slot = table_slot_create(ra->floor, NULL);
+		MemoryContextSwitchTo(old);
+	}
 	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT4EQ,
-				Int32GetDatum(floor_bucket(key)));
+				Int32GetDatum(bucket));
 	InitDirtySnapshot(dirty);
 	snapshot = exact ? RegisterSnapshot(GetLatestSnapshot()) : &dirty;
-	scan = idem_index_beginscan(floor, index, snapshot, 1);
+	scan = idem_index_beginscan(ra->floor, ra->floor_index, snapshot, 1);
 	index_rescan(scan, &skey, 1, NULL, 0);
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	while (index_getnext_slot(scan, ForwardScanDirection, ra->floor_slot))
 	{
 		bool		isnull;
 
-		result = Max(result, DatumGetInt32(slot_getattr(slot, 2, &isnull)));
+		result = Max(result,
+					 DatumGetInt32(slot_getattr(ra->floor_slot, 2, &isnull)));
 	}
 	index_endscan(scan);
 	if (exact)
 		UnregisterSnapshot(snapshot);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, NoLock);
-	table_close(floor, NoLock);
 	return result;
 }
 
@@ -654,6 +658,12 @@ direct_close(RecordAccess *ra)
 	{
 		ExecCloseIndices(ra->rri);
 		FreeExecutorState(ra->estate);
+	}
+	if (ra->floor != NULL)
+	{
+		ExecDropSingleTupleTableSlot(ra->floor_slot);
+		index_close(ra->floor_index, NoLock);
+		table_close(ra->floor, NoLock);
 	}
 	ExecDropSingleTupleTableSlot(ra->slot);
 	index_close(ra->key_index, NoLock);
@@ -942,6 +952,7 @@ direct_insert_claim(RecordAccess *ra, const IdemKey *key,
 	Datum	   *values;
 	bool	   *nulls;
 	IdemRecord	claim;
+	int32		bucket = floor_bucket(key);
 	int32		floor;
 
 	direct_prepare_write(ra);
@@ -957,7 +968,7 @@ direct_insert_claim(RecordAccess *ra, const IdemKey *key,
 	claim.status = 0;
 	claim.body = NULL;
 	claim.headers = NULL;
-	claim.attempt = *attempt = attempt_floor(key, false) + 1;
+	claim.attempt = *attempt = attempt_floor(ra, bucket, false) + 1;
 	claim.created_at = now;
 	claim.lease_expires_at = lease_expires_at;
 	claim.expires_at = expires_at;
@@ -973,7 +984,7 @@ direct_insert_claim(RecordAccess *ra, const IdemKey *key,
 		return false;
 	CommandCounterIncrement();
 
-	floor = attempt_floor(key, true);
+	floor = attempt_floor(ra, bucket, true);
 	if (floor >= *attempt)
 	{
 		ItemPointerData tid = ra->slot->tts_tid;

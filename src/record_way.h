@@ -46,6 +46,10 @@ struct RecordAccess
 	EState	   *estate;
 	ResultRelInfo *rri;
 	List	   *arbiters;		/* of a claim's insert: key_arbiters() */
+	/* ... and the fencing floor, opened at a claim's first insert */
+	Relation	floor;
+	Relation	floor_index;
+	TupleTableSlot *floor_slot;
 
 	/*
 	 * the SQL way: the key's lock (keylock.c), and the pinned settings;
