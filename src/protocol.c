@@ -63,6 +63,7 @@
 struct ProtocolBatch
 {
 	RecordAccess *records;
+	bool		fresh;			/* its last claim inserted a fresh record */
 };
 
 const char *
@@ -426,7 +427,7 @@ answer_frozen(IdemAnswer *answer)
  * count from the moment it claims, not from before a wait.
  */
 static void
-claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
+claim_once(ProtocolBatch *batch, const IdemKey *key, const IdemFingerprint *fp,
 		   bool wait, Interval *lease, Interval *retention,
 		   IdemAnswer *answer, bool *own_claim)
 {
@@ -439,9 +440,39 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 	bool		have_snap;
 	bool		probed = false;
 	RecordProbe found = RECORD_ABSENT;
+	bool		inserted = false;
 
 	*own_claim = false;
-	ra = record_open(batch);
+	ra = record_open(batch != NULL ? batch->records : NULL);
+
+	/*
+	 * In a batch whose last claim inserted a fresh record (a consumer's
+	 * batch of new messages), the insert comes first: its unique check is
+	 * the one look at the key, and only a conflict makes the claim look at
+	 * what the key holds, below.  Where the probe stands for the snapshot
+	 * (record_probe_shows_snapshot), an insert that wins decides exactly
+	 * as a probe that finds the key absent followed by the insert would.
+	 * A guess that fails leaves a dead tuple, and the next claim of the
+	 * batch looks first again.
+	 */
+	if (batch != NULL && batch->fresh && record_probe_shows_snapshot(ra))
+	{
+		record_prepare_write(ra);
+		now = GetCurrentTimestamp();
+		claim_times(now, lease, retention, &lease_expires_at, &expires_at);
+		if (!freeze_holds(key, now) &&
+			record_insert_claim(ra, key, fp, now, lease_expires_at,
+								expires_at, claim_trace(), &rec.attempt))
+		{
+			rec.created_at = now;
+			rec.lease_expires_at = lease_expires_at;
+			rec.expires_at = expires_at;
+			answer_with(answer, IDEM_CLAIMED, &rec);
+			record_close(ra);
+			return;
+		}
+		batch->fresh = false;
+	}
 
 	/*
 	 * Where a settled probe stands for what the snapshot shows, one look
@@ -516,6 +547,7 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 				rec.lease_expires_at = lease_expires_at;
 				rec.expires_at = expires_at;
 				answer_with(answer, IDEM_CLAIMED, &rec);
+				inserted = true;
 				break;
 			}
 			continue;			/* another transaction inserted it first */
@@ -577,6 +609,8 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
 
 	if (answer->outcome != IDEM_CLAIMED)
 		record_unlock(ra, key);
+	if (batch != NULL)
+		batch->fresh = inserted;
 	record_close(ra);
 }
 
@@ -594,7 +628,7 @@ claim_once(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
  * for; claim_once takes the times it writes again after every wait.
  */
 static void
-claim(RecordAccess *batch, const IdemKey *key, const IdemFingerprint *fp,
+claim(ProtocolBatch *batch, const IdemKey *key, const IdemFingerprint *fp,
 	  bool wait, Interval *lease, Interval *retention, Interval *wait_timeout,
 	  IdemAnswer *answer)
 {
@@ -658,8 +692,7 @@ protocol_claim(ProtocolBatch *batch, const IdemKey *key,
 			   Interval *retention, Interval *wait_timeout,
 			   IdemAnswer *answer)
 {
-	claim(batch != NULL ? batch->records : NULL, key, fp, wait, lease,
-		  retention, wait_timeout, answer);
+	claim(batch, key, fp, wait, lease, retention, wait_timeout, answer);
 	stats_count_claim(answer->outcome);
 	if (decisions_logged(answer->outcome == IDEM_IN_PROGRESS ||
 						 answer->outcome == IDEM_MISMATCH ||
@@ -696,6 +729,7 @@ protocol_batch_begin(void)
 
 	PushCopiedSnapshot(GetActiveSnapshot());
 	batch->records = record_batch_open();
+	batch->fresh = true;
 	return batch;
 }
 
