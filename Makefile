@@ -53,6 +53,13 @@ ifeq ($(CFLAGS_SL_MODULE),)
 override CFLAGS += -fvisibility=hidden
 endif
 
+# A change to a header rebuilds every object: PGXS tracks headers only when
+# PostgreSQL was configured with --enable-depend, which packages are not,
+# and an object built against an older struct layout corrupts memory
+ifneq ($(autodepend),yes)
+$(OBJS): $(wildcard src/*.h)
+endif
+
 .PHONY: test test-matrix run stop memcheck bench sql-edition
 
 test:
