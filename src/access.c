@@ -41,8 +41,8 @@
 #include "catalog/pg_index.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
-#include "commands/trigger.h"
 #include "commands/defrem.h"
+#include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
@@ -56,6 +56,7 @@
 #include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 
 #include "access.h"
 #include "compat.h"
@@ -220,7 +221,9 @@ access_arbiters(ResultRelInfo *rri, const AttrNumber *attnums, int n)
 		 * ... whose equality is the probe's: the columns' collations and
 		 * the default operator classes, or a conflict in it would be one
 		 * the probe cannot find, and the insertion would be tried again
-		 * and again
+		 * and again.  The type cache keeps the default class's family (and
+		 * forgets it when pg_opclass changes): every write's bracket asks,
+		 * and GetDefaultOpClass would scan pg_opclass each time.
 		 */
 		for (int k = 0; on_key && k < info->ii_NumIndexKeyAttrs; k++)
 		{
@@ -235,7 +238,7 @@ access_arbiters(ResultRelInfo *rri, const AttrNumber *attnums, int n)
 			on_key = irel->rd_rel->relam == BTREE_AM_OID &&
 				irel->rd_indcollation[k] == collation &&
 				irel->rd_opfamily[k] ==
-				get_opclass_family(GetDefaultOpClass(type, BTREE_AM_OID));
+				lookup_type_cache(type, TYPECACHE_BTREE_OPFAMILY)->btree_opf;
 		}
 		if (on_key)
 			arbiters = lappend_oid(arbiters, index->indexrelid);
