@@ -963,25 +963,31 @@ typedef enum FinishHow
  * Finish attempt of message id; the state it is left in.  delivered
  * accepts the newest take of a leased message, or of an unknown one (an
  * operator who checked the receiver); retry and dead only that of a
- * leased one.
+ * leased one.  In a batch (idem_delivered_many), the batch's Outbox is
+ * passed, opened once for all its elements; otherwise a call of its own.
  */
 static MessageState
-finish(const char *function, int64 id, int32 attempt, FinishHow how,
-	   const char *error, bool has_status, int32 status, bytea *body,
-	   Interval *after)
+finish(Outbox *batch, const char *function, int64 id, int32 attempt,
+	   FinishHow how, const char *error, bool has_status, int32 status,
+	   bytea *body, Interval *after)
 {
-	Outbox		ob;
+	Outbox		own;
+	Outbox	   *ob = batch;
 	Message		m;
 	MessageState result;
 	MessageState s;
 	Datum	   *values;
 	bool	   *nulls;
 
-	require_outbox_primary(function);
-	outbox_open(&ob, true);
-	if (!lock_by_id(&ob, id, &m))
+	if (ob == NULL)
+	{
+		require_outbox_primary(function);
+		outbox_open(&own, true);
+		ob = &own;
+	}
+	if (!lock_by_id(ob, id, &m))
 		report_no_message(function, id);
-	s = shown_state(&m, ob.now);
+	s = shown_state(&m, ob->now);
 	if (m.attempt != attempt || m.attempt == 0 ||
 		!(s == MSG_LEASED || (how == FINISH_DELIVERED && s == MSG_UNKNOWN)))
 		report_stale(function, &m, s, attempt);
@@ -989,21 +995,21 @@ finish(const char *function, int64 id, int32 attempt, FinishHow how,
 	switch (how)
 	{
 		case FINISH_DELIVERED:
-			finish_row(&ob, &m, MSG_DELIVERED, NULL, has_status, status, body);
+			finish_row(ob, &m, MSG_DELIVERED, NULL, has_status, status, body);
 			result = MSG_DELIVERED;
 			break;
 		case FINISH_DEAD:
-			finish_row(&ob, &m, MSG_DEAD, error, false, 0, NULL);
+			finish_row(ob, &m, MSG_DEAD, error, false, 0, NULL);
 			result = MSG_DEAD;
 			break;
 		case FINISH_RETRY:
 			if (m.attempt - m.attempt_base >= m.max_attempts)
 			{
-				finish_row(&ob, &m, MSG_DEAD, error, false, 0, NULL);
+				finish_row(ob, &m, MSG_DEAD, error, false, 0, NULL);
 				result = MSG_DEAD;
 				break;
 			}
-			access_copy_row(ob.slot, &values, &nulls);
+			access_copy_row(ob->slot, &values, &nulls);
 			set_column(values, nulls, O_STATE,
 					   CStringGetTextDatum(state_names[MSG_QUEUED]), false);
 			set_column(values, nulls, O_LAST_ERROR,
@@ -1011,17 +1017,18 @@ finish(const char *function, int64 id, int32 attempt, FinishHow how,
 					   error == NULL);
 			set_column(values, nulls, O_NOT_BEFORE,
 					   TimestampTzGetDatum(after != NULL ?
-										   protocol_time_plus(ob.now, after, "after") :
-										   backoff_until(ob.now, m.attempt - m.attempt_base)),
+										   protocol_time_plus(ob->now, after, "after") :
+										   backoff_until(ob->now, m.attempt - m.attempt_base)),
 					   false);
-			update_row(&ob, &m.tid, values, nulls);
+			update_row(ob, &m.tid, values, nulls);
 			result = MSG_QUEUED;
 			break;
 	}
-	log_message(&ob, how == FINISH_DELIVERED ? "delivered" :
+	log_message(ob, how == FINISH_DELIVERED ? "delivered" :
 				how == FINISH_RETRY ? "retry" : "dead", false,
 				state_names[result], m.id, m.attempt);
-	outbox_close(&ob);
+	if (batch == NULL)
+		outbox_close(ob);
 	return result;
 }
 
@@ -1230,6 +1237,7 @@ idem_delivered_many(PG_FUNCTION_ARGS)
 	ArrayIterator sit;
 	ArrayIterator bit;
 	ArgsBatch	b;
+	Outbox		ob;
 
 	if (nids == 0 && nattempts == 0)
 		PG_RETURN_VOID();
@@ -1243,6 +1251,7 @@ idem_delivered_many(PG_FUNCTION_ARGS)
 	require_length(bodies, "bodies", nbodies, nids);
 
 	args_batch_start(&b, "idem_delivered_many()");
+	require_outbox_primary("idem_delivered_many()");
 	id = palloc(sizeof(int64) * nids);
 	attempt = palloc(sizeof(int32) * nids);
 	status = palloc0(sizeof(int32) * nids);
@@ -1270,17 +1279,19 @@ idem_delivered_many(PG_FUNCTION_ARGS)
 			check_body_size("body", body[i]);
 		}
 	}
+	outbox_open(&ob, true);
 	for (int i = 0; i < nids; i++)
 	{
 		MemoryContext old = MemoryContextSwitchTo(b.memory);
 
 		b.element = i + 1;
-		(void) finish("idem_delivered_many()", id[i], attempt[i],
+		(void) finish(&ob, "idem_delivered_many()", id[i], attempt[i],
 					  FINISH_DELIVERED, NULL, has_status[i], status[i], body[i],
 					  NULL);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(b.memory);
 	}
+	outbox_close(&ob);
 	args_batch_end(&b);
 	PG_RETURN_VOID();
 }
@@ -1355,7 +1366,7 @@ idem_delivered(PG_FUNCTION_ARGS)
 
 	if (body != NULL)
 		check_body_size("body", body);
-	(void) finish("idem_delivered()", id, attempt, FINISH_DELIVERED, NULL,
+	(void) finish(NULL, "idem_delivered()", id, attempt, FINISH_DELIVERED, NULL,
 				  has_status, status, body, NULL);
 	PG_RETURN_VOID();
 }
@@ -1378,7 +1389,7 @@ idem_retry(PG_FUNCTION_ARGS)
 						DatumGetCString(DirectFunctionCall1(interval_out,
 															PointerGetDatum(after)))),
 				 errdetail("A retry's after must be finite and not negative.")));
-	PG_RETURN_TEXT_P(cstring_to_text(state_names[finish("idem_retry()", id,
+	PG_RETURN_TEXT_P(cstring_to_text(state_names[finish(NULL, "idem_retry()", id,
 														attempt, FINISH_RETRY,
 														error, false, 0,
 														NULL, after)]));
@@ -1391,7 +1402,7 @@ idem_dead(PG_FUNCTION_ARGS)
 	int64		id = id_from_arg(fcinfo, 0);
 	int32		attempt = lease_attempt_from_arg(fcinfo, 1);
 
-	(void) finish("idem_dead()", id, attempt, FINISH_DEAD,
+	(void) finish(NULL, "idem_dead()", id, attempt, FINISH_DEAD,
 				  error_from_arg(fcinfo, 2), false, 0, NULL, NULL);
 	PG_RETURN_VOID();
 }
