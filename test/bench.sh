@@ -265,8 +265,10 @@ batch_rows() {
 # one business transaction, take them (committed, as a dispatcher does
 # before it calls out), then deliver each; one call per message, one
 # statement for the enqueues and one for the deliveries, the same shape for
-# pgmq (send, read, archive); and against pgmq's batch calls (send_batch,
-# archive(ids[])), which idem has no counterpart of.  (c) the latency from
+# pgmq (send, read, archive).  (b2) the batch cycle, with 2 clients: one
+# idem_enqueue_many of OB_CYCLE in the business transaction, one take, one
+# idem_delivered_many, against pgmq's batch calls (send_batch, read,
+# archive(ids[])).  (c) the latency from
 # an enqueue's commit to a LISTENing dispatcher's take (test/bench/latency.py)
 # on the idle server.  Then the size of idem_outbox over 10 cycles of fill,
 # take and deliver all, purge and VACUUM (standing for autovacuum), in a
@@ -279,7 +281,7 @@ OB_LATENCY=200
 OB_SIZE=20000
 OB_TAKE=10000	# the most one idem_take leases
 outbox_bench() {
-	local r i p h b c full after
+	local r i p h b ib c full after
 	psql -X -q -v ON_ERROR_STOP=1 -f test/bench/outbox.sql >/dev/null
 	script ob_idem <<S
 \set k random(1, 9000000000000000000)
@@ -336,6 +338,15 @@ COMMIT;
 SELECT coalesce(array_agg(msg_id), '{}') AS ids FROM pgmq.read('cycle', 30, $OB_CYCLE) \gset
 SELECT count(*) FROM (SELECT pgmq.archive('cycle', i) FROM unnest(:ids::bigint[]) i) d;
 S
+	script cycle_idem_batch <<S
+\set base random(1, 9000000000000000)
+BEGIN;
+INSERT INTO orders (item) VALUES ('cycle');
+SELECT count(*) FROM idem_enqueue_many('bench', 'cycle_batch', (SELECT array_agg(:base || '-' || g) FROM generate_series(1, $OB_CYCLE) g), array_fill($OB_PAYLOAD, ARRAY[$OB_CYCLE]));
+COMMIT;
+SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(attempt), '{}') AS attempts FROM idem_take('cycle_batch', $OB_CYCLE, '30 s') \gset
+SELECT idem_delivered_many(:ids::bigint[], :attempts::int[]);
+S
 	script cycle_pgmq_batch <<S
 BEGIN;
 INSERT INTO orders (item) VALUES ('cycle');
@@ -353,20 +364,22 @@ S
 	: >"$OUT/ob_cycle.txt"
 	for r in $(seq "$ROUNDS"); do
 		if [ $((r % 2)) -eq 1 ]; then
-			i=$(vacuumed_run cycle_idem idem_outbox)
-			p=$(vacuumed_run cycle_pgmq pgmq.q_cycle, pgmq.a_cycle)
-			b=$(vacuumed_run cycle_pgmq_batch pgmq.q_cycle_batch, pgmq.a_cycle_batch)
+			i=$(vacuumed_run cycle_idem "$CLIENTS" idem_outbox)
+			p=$(vacuumed_run cycle_pgmq "$CLIENTS" pgmq.q_cycle, pgmq.a_cycle)
+			ib=$(vacuumed_run cycle_idem_batch 2 idem_outbox)
+			b=$(vacuumed_run cycle_pgmq_batch 2 pgmq.q_cycle_batch, pgmq.a_cycle_batch)
 		else
-			b=$(vacuumed_run cycle_pgmq_batch pgmq.q_cycle_batch, pgmq.a_cycle_batch)
-			p=$(vacuumed_run cycle_pgmq pgmq.q_cycle, pgmq.a_cycle)
-			i=$(vacuumed_run cycle_idem idem_outbox)
+			b=$(vacuumed_run cycle_pgmq_batch 2 pgmq.q_cycle_batch, pgmq.a_cycle_batch)
+			ib=$(vacuumed_run cycle_idem_batch 2 idem_outbox)
+			p=$(vacuumed_run cycle_pgmq "$CLIENTS" pgmq.q_cycle, pgmq.a_cycle)
+			i=$(vacuumed_run cycle_idem "$CLIENTS" idem_outbox)
 		fi
-		echo "$i $p $b" | tee -a "$OUT/ob_cycle.txt"
+		echo "$i $p $b $ib" | tee -a "$OUT/ob_cycle.txt"
 	done
 	# messages/s is taken as tps times OB_CYCLE; what is left undelivered
 	# bounds its error (a take may find fewer, and a run's end may stop a
 	# client between its enqueue and its take)
-	OB_LEFT=$(q "SELECT (SELECT count(*) FROM idem_outbox WHERE topic = 'cycle' AND state <> 'delivered') || ', ' || (SELECT count(*) FROM pgmq.q_cycle) || ', ' || (SELECT count(*) FROM pgmq.q_cycle_batch)")
+	OB_LEFT=$(q "SELECT (SELECT count(*) FROM idem_outbox WHERE topic = 'cycle' AND state <> 'delivered') || ', ' || (SELECT count(*) FROM pgmq.q_cycle) || ', ' || (SELECT count(*) FROM pgmq.q_cycle_batch) || ', ' || (SELECT count(*) FROM idem_outbox WHERE topic = 'cycle_batch' AND state <> 'delivered')")
 
 	say "outbox (c): latency, $OB_LATENCY messages 20 ms apart"
 	/usr/bin/python3 test/bench/latency.py "$OB_LATENCY" 0.02 >"$OUT/ob_latency.txt"
@@ -377,10 +390,11 @@ S
 	: >"$OUT/ob_size.txt"
 	for c in $(seq 10); do
 		{
-			echo "SELECT count(*) FROM (SELECT idem_enqueue('size', 'size', 'c$c-' || g, $OB_PAYLOAD) FROM generate_series(1, $OB_SIZE) g) e;"
-			# a delivery sets its message's expiry: 2 s later, for the purge
-			# (the retention must outlive the retry window: 1 s here)
+			# the enqueue fixes its message's retention, from which a
+			# delivery sets its expiry: 2 s later, for the purge (the
+			# retention must outlive the retry window: 1 s here)
 			echo "SET idem.retry_window = '1s'; SET idem.outbox_retention = '2s';"
+			echo "SELECT count(*) FROM (SELECT idem_enqueue('size', 'size', 'c$c-' || g, $OB_PAYLOAD) FROM generate_series(1, $OB_SIZE) g) e;"
 			for r in $(seq $((OB_SIZE / OB_TAKE))); do
 				echo "SELECT array_agg(id) AS ids, array_agg(attempt) AS attempts FROM idem_take('size', $OB_TAKE) \\gset"
 				echo "SELECT count(*) FROM (SELECT idem_delivered(i, a) FROM unnest(:'ids'::bigint[], :'attempts'::int[]) u(i, a)) d;"
@@ -399,11 +413,12 @@ S
 }
 
 # vacuumed_run NAME TABLE...: VACUUM (ANALYZE) the tables, then run NAME
+# vacuumed_run NAME CLIENTS TABLE...: run NAME from TABLEs vacuumed
 vacuumed_run() {
-	local name=$1
-	shift
+	local name=$1 clients=$2
+	shift 2
 	q "VACUUM (ANALYZE) $*" >/dev/null
-	run "$name"
+	run "$name" "$clients"
 }
 
 # percentile P: the P-th percentile (nearest rank) of the numbers on stdin
@@ -415,7 +430,7 @@ percentile() {
 # medians beside it; the size's spread is over cycles 2 to 10, since the
 # first starts from an empty table
 outbox_rows() {
-	local i p h b ci cp cb min max
+	local i p h b ci cp cb cib min max
 	i=$(awk '{print $1}' "$OUT/ob_enqueue.txt" | median)
 	p=$(awk '{print $2}' "$OUT/ob_enqueue.txt" | median)
 	h=$(awk '{print $3}' "$OUT/ob_enqueue.txt" | median)
@@ -423,18 +438,19 @@ outbox_rows() {
 	ci=$(awk -v n="$OB_CYCLE" '{printf "%.0f\n", $1 * n}' "$OUT/ob_cycle.txt" | median)
 	cp=$(awk -v n="$OB_CYCLE" '{printf "%.0f\n", $2 * n}' "$OUT/ob_cycle.txt" | median)
 	cb=$(awk -v n="$OB_CYCLE" '{printf "%.0f\n", $3 * n}' "$OUT/ob_cycle.txt" | median)
+	cib=$(awk -v n="$OB_CYCLE" '{printf "%.0f\n", $4 * n}' "$OUT/ob_cycle.txt" | median)
 	min=$(awk '$1 > 1 {print $2}' "$OUT/ob_size.txt" | sort -n | head -1)
 	max=$(awk '$1 > 1 {print $2}' "$OUT/ob_size.txt" | sort -n | tail -1)
 	echo "| outbox (a): a business INSERT and one enqueue in a transaction, $CLIENTS clients, tps (median of $ROUNDS): idem_enqueue | $i | pgmq.send $p | idem/pgmq $(ratio "$i" "$p") | ≥ 1.3 |"
 	echo "| the same | $i | hand-written INSERT ... ON CONFLICT DO NOTHING into an identical table $h | idem/hand $(ratio "$i" "$h") | ≥ 1.0 |"
 	echo "| the same | $i | the business INSERT alone $b | $(ratio "$i" "$b") | |"
 	echo "| outbox (b): full cycle of $OB_CYCLE messages, $CLIENTS clients, messages/s (median of $ROUNDS): a business transaction enqueuing $OB_CYCLE (one call per message, in one statement), one take of $OB_CYCLE, a delivery per message (one call each, in one statement) | $ci | pgmq, the same shape (send each, read $OB_CYCLE, archive each) $cp | idem/pgmq $(ratio "$ci" "$cp") | ≥ 1.5 |"
-	echo "| the same | $ci | pgmq's batch calls (one send_batch, read $OB_CYCLE, one archive of the ids; idem has no batch enqueue or delivery) $cb | idem/pgmq $(ratio "$ci" "$cb") | |"
+	echo "| outbox (b2): batch cycle of $OB_CYCLE messages, 2 clients, messages/s (median of $ROUNDS): one idem_enqueue_many of $OB_CYCLE in the business transaction, one take of $OB_CYCLE, one idem_delivered_many | $cib | pgmq's batch calls (one send_batch, read $OB_CYCLE, one archive of the ids) $cb | idem/pgmq $(ratio "$cib" "$cb") | ≥ 1.0 |"
 	echo "| outbox (c): latency from an enqueue's commit to a LISTENing dispatcher's take, idle server, $OB_LATENCY messages 20 ms apart, ms: p50 | $(percentile 50 <"$OUT/ob_latency.txt") | p90 $(percentile 90 <"$OUT/ob_latency.txt"), p99 $(percentile 99 <"$OUT/ob_latency.txt") | | p50 ≤ 5 |"
 	echo "| outbox size over 10 cycles of $OB_SIZE messages (enqueue, take and deliver all, purge, VACUUM), bytes once all are delivered, cycles 2–10 | $min .. $max | first cycle $(awk '$1 == 1 {print $2}' "$OUT/ob_size.txt") | max/min $(ratio "$max" "$min") | ≈ 1 |"
 }
 outbox_rounds() {
-	echo "outbox per-round tps: (a) (idem, pgmq, hand, business INSERT alone): $(tr '\n' ';' <"$OUT/ob_enqueue.txt") (b) (idem, pgmq, pgmq batch; times $OB_CYCLE for messages/s): $(tr '\n' ';' <"$OUT/ob_cycle.txt") left undelivered after (b) (idem, pgmq, pgmq batch): $OB_LEFT; outbox size per cycle (cycle, bytes once delivered, bytes after the purge and VACUUM): $(tr '\n' ';' <"$OUT/ob_size.txt")"
+	echo "outbox per-round tps: (a) (idem, pgmq, hand, business INSERT alone): $(tr '\n' ';' <"$OUT/ob_enqueue.txt") (b) and (b2) (idem, pgmq, pgmq batch, idem batch; times $OB_CYCLE for messages/s): $(tr '\n' ';' <"$OUT/ob_cycle.txt") left undelivered after (b) and (b2) (idem, pgmq, pgmq batch, idem batch): $OB_LEFT; outbox size per cycle (cycle, bytes once delivered, bytes after the purge and VACUUM): $(tr '\n' ';' <"$OUT/ob_size.txt")"
 }
 
 # What replays write: the WAL and the transaction id of REPLAYS replays of
