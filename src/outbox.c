@@ -985,6 +985,8 @@ finish(Outbox *batch, const char *function, int64 id, int32 attempt,
 		outbox_open(&own, true);
 		ob = &own;
 	}
+	else
+		ob->caller = CurrentMemoryContext;	/* the element's memory */
 	if (!lock_by_id(ob, id, &m))
 		report_no_message(function, id);
 	s = shown_state(&m, ob->now);
@@ -1279,6 +1281,7 @@ idem_delivered_many(PG_FUNCTION_ARGS)
 			check_body_size("body", body[i]);
 		}
 	}
+	b.element = 0;
 	outbox_open(&ob, true);
 	for (int i = 0; i < nids; i++)
 	{

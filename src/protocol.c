@@ -453,9 +453,13 @@ claim_once(ProtocolBatch *batch, const IdemKey *key, const IdemFingerprint *fp,
 	 * (record_probe_shows_snapshot), an insert that wins decides exactly
 	 * as a probe that finds the key absent followed by the insert would.
 	 * A guess that fails leaves a dead tuple, and the next claim of the
-	 * batch looks first again.
+	 * batch looks first again.  A batch's first claim looks first: a batch
+	 * of replays (a consumer's redelivered batch) writes nothing at all.
+	 * Where the table has a unique index besides the key's arbiters (a
+	 * DBA's), an insert would wait on it or fail where a look replays, so
+	 * there every claim looks first (record_may_insert_first).
 	 */
-	if (batch != NULL && batch->fresh && record_probe_shows_snapshot(ra))
+	if (batch != NULL && batch->fresh && record_may_insert_first(ra))
 	{
 		record_prepare_write(ra);
 		now = GetCurrentTimestamp();
@@ -729,7 +733,7 @@ protocol_batch_begin(void)
 
 	PushCopiedSnapshot(GetActiveSnapshot());
 	batch->records = record_batch_open();
-	batch->fresh = true;
+	batch->fresh = false;
 	return batch;
 }
 

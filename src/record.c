@@ -321,6 +321,21 @@ record_probe_shows_snapshot(RecordAccess *ra)
 }
 
 /*
+ * Whether a claim of a bracket that has written already may insert before
+ * it looks at the key (idem_claim_many's guess): where a probe stands for
+ * the snapshot, and where the key's arbiters are the table's only unique
+ * or exclusion indexes.  Another one (a DBA's) is checked without the
+ * arbiters' leniency: an insert of a key that exists would wait on it or
+ * fail, where a look would answer.
+ */
+bool
+record_may_insert_first(RecordAccess *ra)
+{
+	return record_probe_shows_snapshot(ra) && ra->estate != NULL &&
+		ra->only_arbiters;
+}
+
+/*
  * What another transaction leaves of the key's record: RECORD_ABSENT,
  * RECORD_BUSY while another transaction writes it (with wait: until it
  * ends), or RECORD_FOUND with the newest version in rec, rec->visible
@@ -689,6 +704,15 @@ direct_prepare_write(RecordAccess *ra)
 	InitResultRelInfo(ra->rri, ra->rel, 0, NULL, 0);
 	ExecOpenIndices(ra->rri, true);
 	ra->arbiters = access_arbiters(ra->rri, &record_table.attnum[C_TENANT], 3);
+	ra->only_arbiters = true;
+	for (int i = 0; i < ra->rri->ri_NumIndices; i++)
+	{
+		Form_pg_index index = ra->rri->ri_IndexRelationDescs[i]->rd_index;
+
+		if ((index->indisunique || index->indisexclusion) &&
+			!list_member_oid(ra->arbiters, index->indexrelid))
+			ra->only_arbiters = false;
+	}
 	MemoryContextSwitchTo(old);
 }
 

@@ -80,6 +80,7 @@ extern void record_prepare_write(RecordAccess *ra);
 extern bool record_fetch(RecordAccess *ra, const IdemKey *key,
 						 IdemRecord *rec);
 extern bool record_probe_shows_snapshot(RecordAccess *ra);
+extern bool record_may_insert_first(RecordAccess *ra);
 extern RecordProbe record_probe(RecordAccess *ra, const IdemKey *key,
 								bool wait, RecordIntent intent,
 								IdemRecord *rec, bool *own);

@@ -46,6 +46,7 @@ struct RecordAccess
 	EState	   *estate;
 	ResultRelInfo *rri;
 	List	   *arbiters;		/* of a claim's insert: key_arbiters() */
+	bool		only_arbiters;	/* no other unique or exclusion index */
 	/* ... and the fencing floor, opened at a claim's first insert */
 	Relation	floor;
 	Relation	floor_index;
