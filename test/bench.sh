@@ -21,7 +21,11 @@
 # endpoint (what the freeze check costs the claims it does not stop);
 # IDEM_BENCH_ONLY=sql only the SQL edition (sql-edition/idem.sql, in a
 # database of its own, called by its owner, not a superuser) against the
-# same protocol in hand-written PL/pgSQL and against the C edition.
+# same protocol in hand-written PL/pgSQL and against the C edition;
+# IDEM_BENCH_ONLY=scale only fresh and replay at 100,000 against
+# IDEM_BENCH_BIG records loaded through the batch calls, and the worker's
+# purge of IDEM_BENCH_BIG expired records beside traffic in another
+# database, with autovacuum on.
 # The outbox part needs pgmq's source, ../shared/vendor/pgmq-1.5.1.tar.gz
 # or the file IDEM_BENCH_PGMQ names.
 set -euo pipefail
@@ -29,9 +33,9 @@ cd "$(dirname "$0")/.."
 . test/lib.sh
 
 case ${IDEM_BENCH_ONLY:-} in
-"" | batch | outbox | wal | clients | freeze | sql) ;;
+"" | batch | outbox | wal | clients | freeze | sql | scale) ;;
 *)
-	say "IDEM_BENCH_ONLY=$IDEM_BENCH_ONLY: only \"batch\", \"outbox\", \"wal\", \"clients\", \"freeze\" and \"sql\" are known" >&2
+	say "IDEM_BENCH_ONLY=$IDEM_BENCH_ONLY: only \"batch\", \"outbox\", \"wal\", \"clients\", \"freeze\", \"sql\" and \"scale\" are known" >&2
 	exit 1
 	;;
 esac
@@ -557,6 +561,91 @@ freeze_rows() {
 }
 freeze_rounds() {
 	echo "per-round tps (frozen others, none): $(tr '\n' ';' <"$OUT/freeze.txt")"
+}
+
+# IDEM_BENCH_ONLY=scale (issue 33): with autovacuum on, as production runs.
+# Database bench holds SMALL finished records and database bench_big BIG,
+# both loaded through idem's own batch calls (idem_claim_many and
+# idem_complete_many, 100,000 keys a call); fresh claims and replays
+# alternate between the two within each round.  Then bench_big gets BIG
+# more records whose retention has run out, and the worker purges them
+# while CLIENTS clients claim fresh keys in database bench: their tps in
+# 5-second runs until the purge is done, against 5-second runs before it.
+# idem_load DB FROM TO LEASE RETENTION: records rFROM..rTO, finished, in DB
+idem_load() {
+	local db=$1 from=$2 last=$3 lease=$4 retention=$5 to
+	while [ "$from" -le "$last" ]; do
+		to=$((from + 99999))
+		[ "$to" -le "$last" ] || to=$last
+		psql -X -q -d "$db" -v ON_ERROR_STOP=1 >/dev/null <<SQL
+SET idem.retry_window = '1s';
+SELECT count(*) FROM idem_claim_many('bench', 'POST /r', (SELECT array_agg('r' || g) FROM generate_series($from, $to) g), array_fill($FP, ARRAY[$to - $from + 1]), lease => '$lease', retention => '$retention');
+SELECT idem_complete_many('bench', 'POST /r', (SELECT array_agg('r' || g) FROM generate_series($from, $to) g), array_fill(201, ARRAY[$to - $from + 1]), array_fill($BODY, ARRAY[$to - $from + 1]));
+SQL
+		from=$((to + 1))
+	done
+}
+scale_bench() {
+	local r fs fb rs rb start n before
+	q "ALTER SYSTEM SET autovacuum = on" >/dev/null
+	q "SELECT pg_reload_conf()" >/dev/null
+	createdb bench_big
+	PGDATABASE=bench_big q 'CREATE EXTENSION idem'
+	say "scale: loading $SMALL and $BIG records through idem_claim_many and idem_complete_many"
+	idem_load bench 1 "$SMALL" '5 minutes' '24 hours'
+	start=$(date +%s.%N)
+	idem_load bench_big 1 "$BIG" '5 minutes' '24 hours'
+	SCALE_LOAD_S=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.0f", e - s}')
+	say "scale: $ROUNDS rounds of ${SECONDS_PER_RUN}s each, $SMALL against $BIG records"
+	: >"$OUT/scale_rounds.txt"
+	for r in $(seq "$ROUNDS"); do
+		if [ $((r % 2)) -eq 1 ]; then
+			NREC=$SMALL fs=$(run fresh_idem); NREC=$BIG fb=$(PGDATABASE=bench_big run fresh_idem)
+			NREC=$SMALL rs=$(run replay_idem); NREC=$BIG rb=$(PGDATABASE=bench_big run replay_idem)
+		else
+			NREC=$BIG rb=$(PGDATABASE=bench_big run replay_idem); NREC=$SMALL rs=$(run replay_idem)
+			NREC=$BIG fb=$(PGDATABASE=bench_big run fresh_idem); NREC=$SMALL fs=$(run fresh_idem)
+		fi
+		echo "$fs $fb $rs $rb" | tee -a "$OUT/scale_rounds.txt"
+	done
+
+	say "scale: $BIG expired records in bench_big, purged while bench claims"
+	# a record outlives its lease: each batch is finished within 10 s of
+	# its claims, and all have expired 20 s after the last
+	idem_load bench_big $((BIG + 1)) $((2 * BIG)) '10 seconds' '20 seconds'
+	sleep 21
+	: >"$OUT/scale_purge.txt"
+	for r in 1 2 3; do
+		echo "before $(run fresh_idem "$CLIENTS" 5)" | tee -a "$OUT/scale_purge.txt"
+	done
+	q "SELECT idem_stats_reset()" >/dev/null
+	PGDATABASE=bench_big q "SELECT idem_stats_reset()" >/dev/null
+	q "ALTER SYSTEM SET idem.purge_interval = '100ms'" >/dev/null
+	start=$(date +%s.%N)
+	q "SELECT pg_reload_conf()" >/dev/null
+	# watch the counter, not the table: a scan would hold back the purge
+	until [ "$(PGDATABASE=bench_big q "SELECT purged >= $BIG FROM idem_stats WHERE datname = 'bench_big'")" = t ]; do
+		echo "during $(run fresh_idem "$CLIENTS" 5)" | tee -a "$OUT/scale_purge.txt"
+	done
+	SCALE_PURGE_S=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')
+	q "ALTER SYSTEM SET idem.purge_interval = '1h'" >/dev/null
+	q "SELECT pg_reload_conf()" >/dev/null
+}
+scale_rows() {
+	local fs fb rs rb before during
+	fs=$(awk '{print $1}' "$OUT/scale_rounds.txt" | median)
+	fb=$(awk '{print $2}' "$OUT/scale_rounds.txt" | median)
+	rs=$(awk '{print $3}' "$OUT/scale_rounds.txt" | median)
+	rb=$(awk '{print $4}' "$OUT/scale_rounds.txt" | median)
+	before=$(awk '$1 == "before" {print $2}' "$OUT/scale_purge.txt" | median)
+	during=$(awk '$1 == "during" {print $2}' "$OUT/scale_purge.txt" | median)
+	echo "| fresh: claim + complete at $BIG records, $CLIENTS clients, autovacuum on, tps (median of $ROUNDS) | $fb | at $SMALL records $fs | $(ratio "$fb" "$fs") | ≥ 0.9 |"
+	echo "| replay at $BIG records, tps (median of $ROUNDS) | $rb | at $SMALL records $rs | $(ratio "$rb" "$rs") | ≥ 0.9 |"
+	echo "| purge of $BIG expired records by the worker (database bench_big), rows/s | $(awk -v n="$BIG" -v s="$SCALE_PURGE_S" 'BEGIN {printf "%.0f", n / s}') (${SCALE_PURGE_S}s) | | | within minutes |"
+	echo "| fresh in database bench meanwhile, $CLIENTS clients, tps (median of the 5-second runs) | $during | before the purge $before | $(ratio "$during" "$before") | ≥ 0.8 |"
+}
+scale_rounds() {
+	echo "loading $BIG records through the batch calls: ${SCALE_LOAD_S}s; per-round tps (fresh at $SMALL, at $BIG, replay at $SMALL, at $BIG): $(tr '\n' ';' <"$OUT/scale_rounds.txt") runs around the purge: $(tr '\n' ';' <"$OUT/scale_purge.txt")"
 }
 
 # IDEM_BENCH_ONLY=sql (issue 32): the SQL edition's fresh claim+complete
