@@ -282,7 +282,8 @@ $$;
  * idem reads: another role cannot compute the lock of a key to hold it
  */
 CREATE TABLE idem_sql_secret (
-	lock_salt			bigint NOT NULL
+	lock_salt			bigint NOT NULL,
+	freezes				bigint NOT NULL DEFAULT 0	/* idem_sql_freeze_seen() */
 );
 
 INSERT INTO idem_sql_secret
@@ -928,6 +929,37 @@ RETURNS integer
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT 64 $$;
 
+/* The advisory lock that a claim of the key holds until its transaction ends */
+CREATE FUNCTION idem_sql_claim_lock_id(tenant text, endpoint text, key text)
+RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+	SELECT hashtextextended(tenant || chr(1) || endpoint || chr(1) || key, s.lock_salt)
+	  FROM idem_sql_secret s
+$$;
+
+/*
+ * Whether another transaction holds the key's claim lock: a claim of the key
+ * that has not committed, which a snapshot cannot see.  The lock is taken at
+ * session level and given back at once, so that the caller never holds it.
+ * (A transaction over its share of claim locks, idem_sql_claim_locks(), and
+ * a batch's claims take none: those are not seen here.)
+ */
+CREATE FUNCTION idem_sql_claim_held(tenant text, endpoint text, key text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+	id			bigint := idem_sql_claim_lock_id(tenant, endpoint, key);
+BEGIN
+	IF pg_try_advisory_lock(id) THEN
+		PERFORM pg_advisory_unlock(id);
+		RETURN false;
+	END IF;
+	RETURN true;
+END
+$$;
+
 /*
  * Take the key's claim lock if this transaction may still take one: true
  * when it holds it now, or took none (over its share); false when another
@@ -940,12 +972,12 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
 	taken		integer := coalesce(nullif(current_setting('idem_sql.claim_locks', true), ''), '0')::integer;
-	id			bigint := hashtextextended(tenant || chr(1) || endpoint || chr(1) || key,
-										   (SELECT s.lock_salt FROM idem_sql_secret s));
+	id			bigint;
 BEGIN
 	IF taken >= idem_sql_claim_locks() THEN
 		RETURN true;
 	END IF;
+	id := idem_sql_claim_lock_id(tenant, endpoint, key);
 	IF NOT pg_try_advisory_xact_lock(id) THEN
 		IF NOT wait THEN
 			RETURN false;
@@ -992,6 +1024,7 @@ DECLARE
 	t			record;
 	r			idem_record;
 	snap		idem_record;
+	seen		boolean;
 	have_snap	boolean;
 	own			boolean;
 	floor		integer;
@@ -1029,7 +1062,8 @@ BEGIN
 		SELECT * INTO snap FROM idem_record x
 		 WHERE x.tenant = idem_sql_decide_claim.tenant AND x.endpoint = idem_sql_decide_claim.endpoint
 		   AND x.key = idem_sql_decide_claim.key;
-		have_snap := FOUND AND NOT idem_sql_expired(snap, now);
+		seen := FOUND;
+		have_snap := seen AND NOT idem_sql_expired(snap, now);
 		IF have_snap AND (snap.fingerprint IS DISTINCT FROM digest AND snap.fingerprint IS NOT NULL AND digest IS NOT NULL) THEN
 			outcome := 'mismatch';
 		ELSIF have_snap AND (snap.state = 'succeeded' OR (snap.state = 'failed' AND NOT snap.retryable)) THEN
@@ -1069,6 +1103,23 @@ BEGIN
 		   AND x.key = idem_sql_decide_claim.key
 		   FOR UPDATE SKIP LOCKED;
 		IF NOT FOUND THEN
+			/*
+			 * A record that is still there was skipped: another transaction
+			 * locks it (a purge deleting it, say), and the insert would wait
+			 * for that transaction's end, which a claim that does not wait
+			 * must not
+			 */
+			IF seen AND NOT wait THEN
+				PERFORM FROM idem_record x
+				 WHERE x.tenant = idem_sql_decide_claim.tenant
+				   AND x.endpoint = idem_sql_decide_claim.endpoint
+				   AND x.key = idem_sql_decide_claim.key;
+				IF FOUND THEN
+					outcome := 'in_progress';
+					RETURN;
+				END IF;
+			END IF;
+			PERFORM idem_sql_freeze_seen();
 			IF idem_sql_frozen(tenant, endpoint, now) THEN
 				outcome := 'frozen';
 				RETURN;
@@ -1124,6 +1175,7 @@ BEGIN
 		IF idem_sql_expired(r, now) OR
 		   (r.state = 'failed' AND r.retryable AND
 			NOT (r.fingerprint IS NOT NULL AND digest IS NOT NULL AND r.fingerprint <> digest)) THEN
+			PERFORM idem_sql_freeze_seen();
 			IF idem_sql_frozen(tenant, endpoint, now) THEN
 				outcome := 'frozen';
 				RETURN;
@@ -1319,7 +1371,11 @@ BEGIN
 	IF NOT FOUND OR idem_sql_expired(r, now) OR
 	   (r.state = 'failed' AND r.retryable AND
 		NOT (r.fingerprint IS NOT NULL AND digest IS NOT NULL AND r.fingerprint <> digest)) THEN
-		IF idem_sql_frozen(tenant, endpoint, now) THEN
+		/* a claim would execute, unless another transaction's claim runs */
+		IF idem_sql_claim_held(tenant, endpoint, key) THEN
+			outcome := 'in_progress';
+			RETURN NEXT;
+		ELSIF idem_sql_frozen(tenant, endpoint, now) THEN
 			outcome := 'frozen';
 			RETURN NEXT;
 		END IF;
@@ -1330,7 +1386,10 @@ BEGIN
 		WHEN r.state <> 'pending' THEN 'replay'
 		WHEN r.lease_expires_at > now THEN 'in_progress'
 		ELSE 'unknown' END;
-	status := r.status; body := r.body; headers := r.headers;
+	/* only a replay answers the stored response (src/protocol.c) */
+	IF outcome = 'replay' THEN
+		status := r.status; body := r.body; headers := r.headers;
+	END IF;
 	attempt := r.attempt; created_at := r.created_at; expires_at := r.expires_at;
 	RETURN NEXT;
 END
@@ -1474,6 +1533,28 @@ BEGIN
 END
 $$;
 
+/*
+ * Under REPEATABLE READ or SERIALIZABLE, idem_sql_frozen reads the
+ * transaction's snapshot, which does not hold a freeze committed since,
+ * where the C edition's claim reads the latest and answers frozen.  Every
+ * freeze updates idem_sql_secret's row, and a claim about to execute under
+ * those levels locks it: a row updated since the snapshot cannot be locked,
+ * and the claim fails with a serialization failure (40001) instead of
+ * executing past the freeze; under those levels a claim about to execute
+ * waits for an uncommitted freeze to end.  (FOR SHARE: a key-share lock
+ * would follow the row's update and succeed.)
+ */
+CREATE FUNCTION idem_sql_freeze_seen()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		PERFORM FROM idem_sql_secret FOR SHARE;
+	END IF;
+END
+$$;
+
 /* The digest the C edition stores for a fingerprint given as bytes, text or jsonb */
 CREATE FUNCTION idem_sql_digest(fingerprint bytea)
 RETURNS bytea
@@ -1593,6 +1674,7 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = format('The until given was %s.', p_until);
 	END IF;
+	UPDATE idem_sql_secret SET freezes = freezes + 1;
 	LOOP
 		UPDATE idem_freeze f SET reason = p_reason, until = p_until
 		 WHERE f.tenant = p_tenant AND f.endpoint IS NOT DISTINCT FROM p_endpoint;
@@ -1916,6 +1998,9 @@ REVOKE ALL ON FUNCTION idem_sql_restriction(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_require_execute(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_times(timestamptz, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_lock(text, text, text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_claim_lock_id(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_claim_held(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_freeze_seen() FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_log(text, text, text, text, text, text, boolean) FROM PUBLIC;
 --@ end
 
@@ -2050,31 +2135,41 @@ BEGIN
 	IF p_ordering_key IS NOT NULL THEN
 		PERFORM idem_sql_order_lock(p_tenant, p_topic, p_ordering_key, false);
 	END IF;
-	INSERT INTO idem_outbox AS o (id, tenant, topic, key, state, payload, headers,
-								  ordering_key, redeliver, max_attempts, attempt,
-								  attempt_base, not_before, created_at,
-								  expires_at, trace)
-	VALUES (nextval('idem_outbox_id_seq'), p_tenant, p_topic, p_key, 'queued',
-			p_payload, p_headers, p_ordering_key, p_redeliver, max_attempts, 0, 0,
-			coalesce(p_not_before, now), now, now + idem_sql_outbox_retention(),
-			nullif(current_setting('idem.trace', true), ''))
-	ON CONFLICT (tenant, topic, key) DO NOTHING
-	RETURNING o.id INTO id;
-	IF FOUND THEN
-		outcome := 'enqueued';
-		state := 'queued';
-		created_at := now;
-		PERFORM pg_notify('idem_outbox', p_topic);
-		PERFORM idem_sql_log('enqueue', p_tenant, 'topic', p_topic, p_key,
-							 format('outcome=%s id=%s attempt=0', outcome, id), false);
-		RETURN;
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		/*
+		 * The snapshot's message answers first: the insert would fail with
+		 * a serialization failure on a message changed since (taken, say)
+		 */
+		SELECT * INTO m FROM idem_outbox o
+		 WHERE o.tenant = p_tenant AND o.topic = p_topic AND o.key = p_key;
 	END IF;
-	SELECT * INTO m FROM idem_outbox o
-	 WHERE o.tenant = p_tenant AND o.topic = p_topic AND o.key = p_key;
-	IF NOT FOUND THEN
-		RAISE EXCEPTION 'could not serialize access due to concurrent enqueue of idem key "%" of topic "%"',
-			p_key, p_topic
-			USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
+	IF m.id IS NULL THEN
+		INSERT INTO idem_outbox AS o (id, tenant, topic, key, state, payload, headers,
+									  ordering_key, redeliver, max_attempts, attempt,
+									  attempt_base, not_before, created_at,
+									  expires_at, trace)
+		VALUES (nextval('idem_outbox_id_seq'), p_tenant, p_topic, p_key, 'queued',
+				p_payload, p_headers, p_ordering_key, p_redeliver, max_attempts, 0, 0,
+				coalesce(p_not_before, now), now, now + idem_sql_outbox_retention(),
+				nullif(current_setting('idem.trace', true), ''))
+		ON CONFLICT (tenant, topic, key) DO NOTHING
+		RETURNING o.id INTO id;
+		IF FOUND THEN
+			outcome := 'enqueued';
+			state := 'queued';
+			created_at := now;
+			PERFORM pg_notify('idem_outbox', p_topic);
+			PERFORM idem_sql_log('enqueue', p_tenant, 'topic', p_topic, p_key,
+								 format('outcome=%s id=%s attempt=0', outcome, id), false);
+			RETURN;
+		END IF;
+		SELECT * INTO m FROM idem_outbox o
+		 WHERE o.tenant = p_tenant AND o.topic = p_topic AND o.key = p_key;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'could not serialize access due to concurrent enqueue of idem key "%" of topic "%"',
+				p_key, p_topic
+				USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
+		END IF;
 	END IF;
 	outcome := CASE WHEN m.payload = p_payload THEN 'duplicate' ELSE 'mismatch' END;
 	id := m.id;
@@ -2512,29 +2607,59 @@ END
 /*
  * Expired records, then finished outbox messages past their retention and
  * expired budgets (all counted, as src/purge.c counts them), a batch at a
- * time, skipping any that another
- * transaction has locked (it will be purged next time): a purge never
- * waits for another transaction.  A pending claim whose lease runs is
- * never purged.
+ * time, skipping any that another transaction has locked, and the records
+ * of a fencing floor bucket whose row another transaction holds (they will
+ * be purged next time): a purge does not wait for another transaction, but
+ * for one that is inserting the first floor row of a bucket, which
+ * PL/pgSQL cannot see (once per bucket in the table's life).  A pending
+ * claim whose lease runs is never purged.
  */
 DECLARE
 	total		bigint := 0;
 	n			bigint;
 	now			timestamptz;
+	ctids		tid[];
+	buckets		integer[];
+	skip		integer[] := '{}';
 BEGIN
 	PERFORM idem_sql_require_primary('idem_purge()');
 	LOOP
 		now := clock_timestamp();
+		SELECT array_agg(x.ctid), array_agg(DISTINCT hashtext(x.key) & 4095)
+		  INTO ctids, buckets
+		  FROM (SELECT x.ctid, x.key FROM idem_record x
+				 WHERE x.expires_at <= now
+				   AND NOT (x.state = 'pending' AND x.lease_expires_at > now)
+				   AND NOT (hashtext(x.key) & 4095) = ANY (skip)
+				 LIMIT 10000) x;
+		EXIT WHEN ctids IS NULL;
+		/*
+		 * The floor rows that the trigger will raise, taken without waiting
+		 * (src/record.c, record_hold_floor): the records of a bucket whose
+		 * row another transaction holds (an operator's idem_forget left
+		 * open) are left for a later purge
+		 */
+		skip := skip || ARRAY(
+			SELECT f.bucket FROM idem_attempt_floor f
+			 WHERE f.bucket = ANY (buckets)
+			EXCEPT ALL
+			SELECT h.bucket FROM (SELECT f.bucket FROM idem_attempt_floor f
+								   WHERE f.bucket = ANY (buckets)
+								   ORDER BY 1
+									 FOR UPDATE SKIP LOCKED) h);
 		DELETE FROM idem_record r
 		 WHERE r.ctid = ANY (ARRAY(
 				SELECT x.ctid FROM idem_record x
-				 WHERE x.expires_at <= now
+				 WHERE x.ctid = ANY (ctids)
+				   AND x.expires_at <= now
 				   AND NOT (x.state = 'pending' AND x.lease_expires_at > now)
-				 LIMIT 10000
-				   FOR UPDATE SKIP LOCKED));
+				   AND NOT (hashtext(x.key) & 4095) = ANY (skip)
+				   FOR UPDATE SKIP LOCKED))
+		   AND r.expires_at <= now
+		   AND NOT (r.state = 'pending' AND r.lease_expires_at > now);
 		GET DIAGNOSTICS n = ROW_COUNT;
 		total := total + n;
-		EXIT WHEN n < 10000;
+		EXIT WHEN n = 0 OR cardinality(ctids) < 10000;
 	END LOOP;
 	LOOP
 		now := clock_timestamp();

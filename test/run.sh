@@ -10,7 +10,7 @@
 #   isolation    test/isolation/specs/*.spec against test/isolation/expected
 #   sql-regress  sql/*.sql against the SQL edition through pg_tle
 #                (sql-edition/README.md, "Testing"); sql-isolation, the
-#                specs against it, runs only when IDEM_TEST_SUITES names it
+#                specs against it (but four, which it names as skipped)
 #   pgTAP        test/pgtap/*.sql through pg_prove
 #   HTTP         test/http/e2e.test.js, the example service (Node.js)
 #   clients      the client packages: clients/node (node --test) and
@@ -38,8 +38,8 @@
 # While working on one thing, run part of it (the full run is the default):
 #   IDEM_TEST_SUITES="regress isolation"    which suites, of: version
 #                                           regress isolation sql-regress
-#                                           pgtap http clients sql-clients
-#                                           tap citus (and sql-isolation)
+#                                           sql-isolation pgtap http
+#                                           clients sql-clients tap citus
 #   IDEM_TEST_REGRESS="claim errors"        which sql/*.sql files
 #   IDEM_TEST_ISOLATION="claim-race"        which specs
 #   IDEM_TEST_TAP="001_worker"              which test/t/*.pl scripts
@@ -54,7 +54,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . test/lib.sh
 
-SUITES=${IDEM_TEST_SUITES:-version regress isolation sql-regress pgtap http clients sql-clients tap citus}
+SUITES=${IDEM_TEST_SUITES:-version regress isolation sql-regress sql-isolation pgtap http clients sql-clients tap citus}
 want() { [[ " $SUITES " == *" $1 "* ]]; }
 
 ensure_packages
@@ -403,8 +403,17 @@ if want sql-regress || want sql-isolation; then
 		fi
 		if want sql-isolation; then
 			say "isolation against the SQL edition"
-			sql_edition_suite sql-isolation pg_isolation_regress specs \
-				$(pick "${IDEM_TEST_ISOLATION:-}" $(cd test/isolation/specs && ls *.spec | sed 's/\.spec$//'))
+			specs=$(pick "${IDEM_TEST_ISOLATION:-}" $(cd test/isolation/specs && ls *.spec | sed 's/\.spec$//'))
+			# unless named, not the specs whose steps wait => true for a
+			# committed pending claim: the SQL edition polls for it
+			# (pg_sleep), which isolationtester does not see as waiting, so
+			# the step would run into its timeout (sql-edition/README.md)
+			if [ -z "${IDEM_TEST_ISOLATION:-}" ]; then
+				polls="claim-batch claim-race claim-wait-limits claim-wait-time"
+				specs=$(for t in $specs; do [[ " $polls " == *" $t "* ]] || echo "$t"; done)
+				skip "$(echo $polls | wc -w)" sql-isolation "$(echo $polls | sed 's/ /, /g'): a claim with wait => true polls for a committed pending claim, which isolationtester cannot see waiting (sql-edition/README.md, Testing)"
+			fi
+			sql_edition_suite sql-isolation pg_isolation_regress specs $specs
 		fi
 	fi
 fi

@@ -167,7 +167,7 @@ $holder->query_safe(q{SELECT idem_claim('t', 'POST /o', 'open')});
 	SELECT outcome FROM idem_claim('t', 'POST /o', 'open');
 	SELECT outcome FROM idem_replay('t', 'POST /o', 'open');
 });
-is($out, 'in_progress', 'an uncommitted claim of the key answers in_progress without waiting');
+is($out, "in_progress\nin_progress", 'an uncommitted claim of the key: a claim and a replay answer in_progress without waiting');
 $holder->query_safe(q{ROLLBACK});
 ($ret, $out) = as('stray', q{SELECT outcome, attempt FROM idem_claim('t', 'POST /o', 'open')});
 is($out, 'claimed|1', 'a rolled-back claim leaves nothing behind');
