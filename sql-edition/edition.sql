@@ -961,6 +961,42 @@ END
 $$;
 
 /*
+ * Wait for a transaction that writes the key's record (one finishing a
+ * committed pending claim, say) as for a lock, which lock_timeout bounds,
+ * the deadlock detector sees, and isolationtester sees waiting: the C
+ * edition waits for it so.  The row lock is taken in a subtransaction that
+ * is rolled back at once, so that it is not held: the finish that a
+ * waiter's lock would block is what the waiter waits for.  A row that no
+ * transaction has written or locked since its insert (xmax 0: its claimer
+ * still running the request) is not locked at all, and the caller looks
+ * again later.
+ */
+CREATE FUNCTION idem_sql_wait_writer(tenant text, endpoint text, key text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+	IF coalesce((SELECT x.xmax = '0'::xid FROM idem_record x
+				  WHERE x.tenant = idem_sql_wait_writer.tenant
+					AND x.endpoint = idem_sql_wait_writer.endpoint
+					AND x.key = idem_sql_wait_writer.key), true) THEN
+		RETURN;
+	END IF;
+	BEGIN
+		PERFORM FROM idem_record x
+		 WHERE x.tenant = idem_sql_wait_writer.tenant
+		   AND x.endpoint = idem_sql_wait_writer.endpoint
+		   AND x.key = idem_sql_wait_writer.key
+		   FOR SHARE;
+		RAISE SQLSTATE 'IW001';
+	EXCEPTION
+		WHEN SQLSTATE 'IW001' THEN
+			NULL;
+	END;
+END
+$$;
+
+/*
  * Take the key's claim lock if this transaction may still take one: true
  * when it holds it now, or took none (over its share); false when another
  * transaction holds it (an uncommitted claim of the key).
@@ -1025,6 +1061,7 @@ DECLARE
 	r			idem_record;
 	snap		idem_record;
 	seen		boolean;
+	last		boolean := false;
 	have_snap	boolean;
 	own			boolean;
 	floor		integer;
@@ -1073,9 +1110,19 @@ BEGIN
 								 WHERE x.tenant = idem_sql_decide_claim.tenant
 								   AND x.endpoint = idem_sql_decide_claim.endpoint
 								   AND x.key = idem_sql_decide_claim.key));
-			IF wait AND NOT coalesce(own, false) AND clock_timestamp() < deadline THEN
-				/* a committed pending claim: look again when it may have finished */
-				PERFORM pg_sleep(0.01);
+			IF wait AND NOT coalesce(own, false) AND NOT last THEN
+				/*
+				 * A committed pending claim: wait for a transaction that is
+				 * finishing it, whatever wait_timeout (as the C edition
+				 * does); then look again, in 10 ms while wait_timeout runs,
+				 * or once more at once when it has run out
+				 */
+				PERFORM idem_sql_wait_writer(tenant, endpoint, key);
+				IF clock_timestamp() < deadline THEN
+					PERFORM pg_sleep(0.01);
+				ELSE
+					last := true;
+				END IF;
 				CONTINUE;
 			END IF;
 			outcome := 'in_progress';
@@ -1147,6 +1194,23 @@ BEGIN
 				  FROM idem_attempt_floor f
 				 WHERE f.bucket = hashtext(key) & 4095
 				   FOR KEY SHARE;
+				/*
+				 * An insert that waited (for a transaction deleting the key's
+				 * old record, which it saw) wrote the times of before its
+				 * wait: the lease and the retention start when the claim is
+				 * made, as in the C edition
+				 */
+				IF seen AND clock_timestamp() > now + interval '1 ms' THEN
+					now := clock_timestamp();
+					t := idem_sql_claim_times(now, lease, retention);
+					UPDATE idem_record x
+					   SET created_at = now, claimed_at = now,
+						   lease_expires_at = t.lease_expires_at,
+						   expires_at = t.expires_at
+					 WHERE x.tenant = idem_sql_decide_claim.tenant
+					   AND x.endpoint = idem_sql_decide_claim.endpoint
+					   AND x.key = idem_sql_decide_claim.key;
+				END IF;
 				IF floor >= attempt THEN
 					attempt := floor + 1;
 					UPDATE idem_record x SET attempt = floor + 1
@@ -1169,6 +1233,9 @@ BEGIN
 			   AND x.key = idem_sql_decide_claim.key
 			   FOR UPDATE;
 			CONTINUE WHEN NOT FOUND;
+			/* the claim is made after that wait */
+			now := clock_timestamp();
+			t := idem_sql_claim_times(now, lease, retention);
 		END IF;
 
 		/* r is locked: re-claim it, or answer what it holds */
@@ -2000,6 +2067,7 @@ REVOKE ALL ON FUNCTION idem_sql_claim_times(timestamptz, interval, interval) FRO
 REVOKE ALL ON FUNCTION idem_sql_claim_lock(text, text, text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_lock_id(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_held(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_wait_writer(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_freeze_seen() FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_log(text, text, text, text, text, text, boolean) FROM PUBLIC;
 --@ end
