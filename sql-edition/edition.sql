@@ -940,23 +940,29 @@ $$;
 
 /*
  * Whether another transaction holds the key's claim lock: a claim of the key
- * that has not committed, which a snapshot cannot see.  The lock is taken at
- * session level and given back at once, so that the caller never holds it.
- * (A transaction over its share of claim locks, idem_sql_claim_locks(), and
- * a batch's claims take none: those are not seen here.)
+ * that has not committed, which a snapshot cannot see.  The lock is tried in
+ * share mode, which another probe's does not conflict with, in a
+ * subtransaction that is rolled back at once: the caller never holds it,
+ * whatever interrupts it.  (A claim that tries the key's lock in the instant
+ * a probe holds it answers in_progress, as for a claim.  A transaction over
+ * its share of claim locks, idem_sql_claim_locks(), and a batch's claims
+ * take none: those are not seen here.)
  */
 CREATE FUNCTION idem_sql_claim_held(tenant text, endpoint text, key text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-	id			bigint := idem_sql_claim_lock_id(tenant, endpoint, key);
+	held		boolean;
 BEGIN
-	IF pg_try_advisory_lock(id) THEN
-		PERFORM pg_advisory_unlock(id);
-		RETURN false;
-	END IF;
-	RETURN true;
+	BEGIN
+		held := NOT pg_try_advisory_xact_lock_shared(idem_sql_claim_lock_id(tenant, endpoint, key));
+		RAISE SQLSTATE 'IW001';
+	EXCEPTION
+		WHEN SQLSTATE 'IW001' THEN
+			NULL;
+	END;
+	RETURN held;
 END
 $$;
 
@@ -968,19 +974,24 @@ $$;
  * is rolled back at once, so that it is not held: the finish that a
  * waiter's lock would block is what the waiter waits for.  A row that no
  * transaction has written or locked since its insert (xmax 0: its claimer
- * still running the request) is not locked at all, and the caller looks
- * again later.
+ * still running the request) is not locked at all, nor one whose xmax is
+ * the one this waiter's last lock left (waited): the caller looks again
+ * later, and locks only when another transaction has written or locked the
+ * row since.  Returns the xmax to pass as waited next time.
  */
-CREATE FUNCTION idem_sql_wait_writer(tenant text, endpoint text, key text)
-RETURNS void
+CREATE FUNCTION idem_sql_wait_writer(tenant text, endpoint text, key text,
+									 waited xid)
+RETURNS xid
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+	writer		xid := (SELECT x.xmax FROM idem_record x
+						 WHERE x.tenant = idem_sql_wait_writer.tenant
+						   AND x.endpoint = idem_sql_wait_writer.endpoint
+						   AND x.key = idem_sql_wait_writer.key);
 BEGIN
-	IF coalesce((SELECT x.xmax = '0'::xid FROM idem_record x
-				  WHERE x.tenant = idem_sql_wait_writer.tenant
-					AND x.endpoint = idem_sql_wait_writer.endpoint
-					AND x.key = idem_sql_wait_writer.key), true) THEN
-		RETURN;
+	IF writer IS NULL OR writer = '0'::xid OR writer = waited THEN
+		RETURN waited;
 	END IF;
 	BEGIN
 		PERFORM FROM idem_record x
@@ -993,6 +1004,11 @@ BEGIN
 		WHEN SQLSTATE 'IW001' THEN
 			NULL;
 	END;
+	/* the xmax this lock left (its own aborted one): not locked on again */
+	RETURN (SELECT x.xmax FROM idem_record x
+			 WHERE x.tenant = idem_sql_wait_writer.tenant
+			   AND x.endpoint = idem_sql_wait_writer.endpoint
+			   AND x.key = idem_sql_wait_writer.key);
 END
 $$;
 
@@ -1062,6 +1078,8 @@ DECLARE
 	snap		idem_record;
 	seen		boolean;
 	last		boolean := false;
+	waited		xid;
+	inserting	timestamptz;
 	have_snap	boolean;
 	own			boolean;
 	floor		integer;
@@ -1117,7 +1135,7 @@ BEGIN
 				 * does); then look again, in 10 ms while wait_timeout runs,
 				 * or once more at once when it has run out
 				 */
-				PERFORM idem_sql_wait_writer(tenant, endpoint, key);
+				waited := idem_sql_wait_writer(tenant, endpoint, key, waited);
 				IF clock_timestamp() < deadline THEN
 					PERFORM pg_sleep(0.01);
 				ELSE
@@ -1163,6 +1181,11 @@ BEGIN
 				   AND x.key = idem_sql_decide_claim.key;
 				IF FOUND THEN
 					outcome := 'in_progress';
+					IF have_snap THEN
+						status := snap.status; body := snap.body; headers := snap.headers;
+						attempt := snap.attempt; created_at := snap.created_at;
+						expires_at := snap.expires_at;
+					END IF;
 					RETURN;
 				END IF;
 			END IF;
@@ -1171,6 +1194,7 @@ BEGIN
 				outcome := 'frozen';
 				RETURN;
 			END IF;
+			inserting := clock_timestamp();
 			INSERT INTO idem_record AS x (tenant, endpoint, key, state, fingerprint,
 										  attempt, created_at, claimed_at,
 										  lease_expires_at, expires_at, trace)
@@ -1183,6 +1207,18 @@ BEGIN
 			RETURNING x.attempt INTO attempt;
 			IF FOUND THEN
 				/*
+				 * An insert that waited (for a transaction deleting the key's
+				 * old record, which it saw) wrote the times of before its
+				 * wait: the lease and the retention start when the claim is
+				 * made, as in the C edition
+				 */
+				IF seen AND clock_timestamp() > inserting + interval '1 ms' THEN
+					now := clock_timestamp();
+					t := idem_sql_claim_times(now, lease, retention);
+				ELSE
+					inserting := NULL;
+				END IF;
+				/*
 				 * The floor was read before the insert, which may have waited
 				 * for a transaction deleting the key's old record: read it
 				 * again, locked, now that the insert decided (a floor that
@@ -1194,26 +1230,13 @@ BEGIN
 				  FROM idem_attempt_floor f
 				 WHERE f.bucket = hashtext(key) & 4095
 				   FOR KEY SHARE;
-				/*
-				 * An insert that waited (for a transaction deleting the key's
-				 * old record, which it saw) wrote the times of before its
-				 * wait: the lease and the retention start when the claim is
-				 * made, as in the C edition
-				 */
-				IF seen AND clock_timestamp() > now + interval '1 ms' THEN
-					now := clock_timestamp();
-					t := idem_sql_claim_times(now, lease, retention);
+				IF floor >= attempt OR inserting IS NOT NULL THEN
+					attempt := greatest(attempt, floor + 1);
 					UPDATE idem_record x
-					   SET created_at = now, claimed_at = now,
+					   SET attempt = idem_sql_decide_claim.attempt,
+						   created_at = now, claimed_at = now,
 						   lease_expires_at = t.lease_expires_at,
 						   expires_at = t.expires_at
-					 WHERE x.tenant = idem_sql_decide_claim.tenant
-					   AND x.endpoint = idem_sql_decide_claim.endpoint
-					   AND x.key = idem_sql_decide_claim.key;
-				END IF;
-				IF floor >= attempt THEN
-					attempt := floor + 1;
-					UPDATE idem_record x SET attempt = floor + 1
 					 WHERE x.tenant = idem_sql_decide_claim.tenant
 					   AND x.endpoint = idem_sql_decide_claim.endpoint
 					   AND x.key = idem_sql_decide_claim.key;
@@ -1607,9 +1630,11 @@ $$;
  * freeze updates idem_sql_secret's row, and a claim about to execute under
  * those levels locks it: a row updated since the snapshot cannot be locked,
  * and the claim fails with a serialization failure (40001) instead of
- * executing past the freeze; under those levels a claim about to execute
- * waits for an uncommitted freeze to end.  (FOR SHARE: a key-share lock
- * would follow the row's update and succeed.)
+ * executing past the freeze.  (FOR SHARE: a key-share lock would follow
+ * the row's update and succeed.  SKIP LOCKED: an uncommitted freeze is not
+ * waited for, as under READ COMMITTED; a committed update still fails the
+ * lock.)  The row is one for all tenants: a freeze fails once each such
+ * claim whose snapshot it postdates, whichever tenant it freezes.
  */
 CREATE FUNCTION idem_sql_freeze_seen()
 RETURNS void
@@ -1617,7 +1642,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
 	IF current_setting('transaction_isolation') <> 'read committed' THEN
-		PERFORM FROM idem_sql_secret FOR SHARE;
+		PERFORM FROM idem_sql_secret FOR SHARE SKIP LOCKED;
 	END IF;
 END
 $$;
@@ -2067,7 +2092,7 @@ REVOKE ALL ON FUNCTION idem_sql_claim_times(timestamptz, interval, interval) FRO
 REVOKE ALL ON FUNCTION idem_sql_claim_lock(text, text, text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_lock_id(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_held(text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION idem_sql_wait_writer(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_wait_writer(text, text, text, xid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_freeze_seen() FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_log(text, text, text, text, text, text, boolean) FROM PUBLIC;
 --@ end
@@ -2688,7 +2713,9 @@ DECLARE
 	now			timestamptz;
 	ctids		tid[];
 	buckets		integer[];
-	skip		integer[] := '{}';
+	locked		integer;
+	skip		boolean[] := array_fill(false, ARRAY[4096]);	/* by bucket + 1 */
+	skipped		integer;
 BEGIN
 	PERFORM idem_sql_require_primary('idem_purge()');
 	LOOP
@@ -2698,7 +2725,7 @@ BEGIN
 		  FROM (SELECT x.ctid, x.key FROM idem_record x
 				 WHERE x.expires_at <= now
 				   AND NOT (x.state = 'pending' AND x.lease_expires_at > now)
-				   AND NOT (hashtext(x.key) & 4095) = ANY (skip)
+				   AND NOT skip[(hashtext(x.key) & 4095) + 1]
 				 LIMIT 10000) x;
 		EXIT WHEN ctids IS NULL;
 		/*
@@ -2707,27 +2734,33 @@ BEGIN
 		 * row another transaction holds (an operator's idem_forget left
 		 * open) are left for a later purge
 		 */
-		skip := skip || ARRAY(
+		skipped := 0;
+		FOREACH locked IN ARRAY ARRAY(
 			SELECT f.bucket FROM idem_attempt_floor f
 			 WHERE f.bucket = ANY (buckets)
 			EXCEPT ALL
 			SELECT h.bucket FROM (SELECT f.bucket FROM idem_attempt_floor f
 								   WHERE f.bucket = ANY (buckets)
 								   ORDER BY 1
-									 FOR UPDATE SKIP LOCKED) h);
+									 FOR NO KEY UPDATE SKIP LOCKED) h)
+		LOOP
+			skip[locked + 1] := true;
+			skipped := skipped + 1;
+		END LOOP;
 		DELETE FROM idem_record r
 		 WHERE r.ctid = ANY (ARRAY(
 				SELECT x.ctid FROM idem_record x
 				 WHERE x.ctid = ANY (ctids)
 				   AND x.expires_at <= now
 				   AND NOT (x.state = 'pending' AND x.lease_expires_at > now)
-				   AND NOT (hashtext(x.key) & 4095) = ANY (skip)
+				   AND NOT skip[(hashtext(x.key) & 4095) + 1]
 				   FOR UPDATE SKIP LOCKED))
 		   AND r.expires_at <= now
 		   AND NOT (r.state = 'pending' AND r.lease_expires_at > now);
 		GET DIAGNOSTICS n = ROW_COUNT;
 		total := total + n;
-		EXIT WHEN n = 0 OR cardinality(ctids) < 10000;
+		/* a batch that deleted nothing and skipped no new bucket: the rest is locked */
+		EXIT WHEN cardinality(ctids) < 10000 OR (n = 0 AND skipped = 0);
 	END LOOP;
 	LOOP
 		now := clock_timestamp();
