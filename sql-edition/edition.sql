@@ -1112,8 +1112,12 @@ BEGIN
 		deadline := now + wait_timeout;
 	END IF;
 	LOOP
+		/*
+		 * The claim's times are computed (and its lease and retention
+		 * checked) only where it writes, below, as in the C edition: a
+		 * replay reads none of the settings they need
+		 */
 		now := clock_timestamp();
-		t := idem_sql_claim_times(now, lease, retention);
 		SELECT * INTO snap FROM idem_record x
 		 WHERE x.tenant = idem_sql_decide_claim.tenant AND x.endpoint = idem_sql_decide_claim.endpoint
 		   AND x.key = idem_sql_decide_claim.key;
@@ -2649,11 +2653,16 @@ END
 --@ end
 
 --@ body idem_claim(text, text, text, bytea, boolean, interval, interval, interval) | idem_claim(text, text, text, text, boolean, interval, interval, interval) | idem_claim(text, text, text, jsonb, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+DECLARE
+	c			record;
 BEGIN
-	SELECT * INTO outcome, status, body, headers, attempt, created_at, expires_at
-	  FROM idem_sql_claim(idem_sql_caller(), tenant, endpoint, key,
-								 idem_sql_digest(fingerprint), wait, lease,
-								 retention, wait_timeout);
+	/* an assignment, not a SELECT … FROM, which would build a tuplestore */
+	c := idem_sql_claim(idem_sql_caller(), tenant, endpoint, key,
+						idem_sql_digest(fingerprint), wait, lease, retention,
+						wait_timeout);
+	outcome := c.outcome; status := c.status; body := c.body;
+	headers := c.headers; attempt := c.attempt; created_at := c.created_at;
+	expires_at := c.expires_at;
 END
 --@ end
 
