@@ -40,6 +40,9 @@
 #                                           regress isolation sql-regress
 #                                           sql-isolation pgtap http
 #                                           clients sql-clients tap citus
+#   IDEM_TEST_EXCEPT="sql-isolation"        which suites not (test-matrix
+#                                           runs the SQL edition's isolation
+#                                           and clients on 15 only)
 #   IDEM_TEST_REGRESS="claim errors"        which sql/*.sql files
 #   IDEM_TEST_ISOLATION="claim-race"        which specs
 #   IDEM_TEST_TAP="001_worker"              which test/t/*.pl scripts
@@ -55,7 +58,19 @@ cd "$(dirname "$0")/.."
 . test/lib.sh
 
 SUITES=${IDEM_TEST_SUITES:-version regress isolation sql-regress sql-isolation pgtap http clients sql-clients tap citus}
+for s in ${IDEM_TEST_EXCEPT:-}; do
+	SUITES=$(echo " $SUITES " | sed "s/ $s / /")
+done
+[ -z "${IDEM_TEST_EXCEPT:-}" ] ||
+	say "not run here: $IDEM_TEST_EXCEPT (IDEM_TEST_EXCEPT)"
 want() { [[ " $SUITES " == *" $1 "* ]]; }
+# how long each part took, printed before the last line ("idem: times: ...")
+times=
+lap_at=$SECONDS
+lap() {
+	times+="${times:+, }$1 $((SECONDS - lap_at)) s"
+	lap_at=$SECONDS
+}
 
 ensure_packages
 if is_root; then
@@ -94,6 +109,7 @@ PG_CFLAGS="${IDEM_CFLAGS:-}" make -s PG_CONFIG="$PG_CONFIG" >"$OUT/build.log" 2>
 	{ cat "$OUT/build.log"; say "build failed"; exit 1; }
 grep -E 'warning:' "$OUT/build.log" || true
 private_install "$ROOT/tmp_install"
+lap build
 BIN=$ROOT/tmp_install$PG_BINDIR
 export PATH=$BIN:$PATH
 
@@ -181,6 +197,7 @@ if want version; then
 		failed=$((failed + 1))
 	fi
 fi
+want version && lap version
 
 # count_regress LOG: add a pg_regress run's result to the totals
 count_regress() {
@@ -251,6 +268,7 @@ if want regress; then
 	count_regress "$OUT/regress.log"
 	[ -f "$OUT/regress_out/regression.diffs" ] && cat "$OUT/regress_out/regression.diffs"
 fi
+want regress && lap regress
 
 # isolation: concurrent sessions
 if want isolation; then
@@ -265,6 +283,7 @@ if want isolation; then
 	count_regress "$OUT/isolation.log"
 	[ -f "$OUT/isolation_out/regression.diffs" ] && cat "$OUT/isolation_out/regression.diffs"
 fi
+want isolation && lap isolation
 
 # tle_install: a copy of the server's installation with pg_tle and without
 # idem's library or control file, a managed service, in tmp_install_tle
@@ -400,6 +419,7 @@ if want sql-regress || want sql-isolation; then
 			say "pg_regress against the SQL edition"
 			sql_edition_suite sql-regress pg_regress sql \
 				$(pick "${IDEM_TEST_REGRESS:-}" $(cd sql && ls *.sql | sed 's/\.sql$//'))
+			lap sql-regress
 		fi
 		if want sql-isolation; then
 			say "isolation against the SQL edition"
@@ -415,9 +435,11 @@ if want sql-regress || want sql-isolation; then
 				skip "$(echo $polls | wc -w)" sql-isolation "$(echo $polls | sed 's/ /, /g'): a claim with wait => true polls for a committed pending claim that no transaction is finishing, which isolationtester cannot see waiting (sql-edition/README.md, Testing)"
 			fi
 			sql_edition_suite sql-isolation pg_isolation_regress specs $specs
+			lap sql-isolation
 		fi
 	fi
 fi
+
 
 # pgTAP (the schema and privileges), the HTTP example and the client
 # packages, against a server of our own (a database each)
@@ -448,6 +470,7 @@ if want pgtap || want http || want clients; then
 	fi
 	rm -rf "$SOCK"
 fi
+{ want pgtap || want http || want clients; } && lap "pgtap, http, clients"
 
 # the HTTP example and the client packages against the SQL edition, once:
 # a server of the installation with pg_tle and without idem's library
@@ -485,6 +508,7 @@ if want sql-clients; then
 		rm -rf "$SOCK"
 	fi
 fi
+want sql-clients && lap sql-clients
 
 # TAP: the worker, restarts, reloads, a standby (PostgreSQL::Test::Cluster)
 if want tap; then
@@ -497,6 +521,7 @@ if want tap; then
 		tee "$OUT/tap.log"
 	count_prove "$OUT/tap.log"
 fi
+want tap && lap tap
 
 # Citus: idem distributed over a coordinator and two workers
 # (test/citus/*.pl), with the Citus that test/citus/build.sh built
@@ -536,7 +561,9 @@ if want citus; then
 		fi
 	fi
 fi
+want citus && lap citus
 
+say "times: $times"
 line="idem: $passed passed, $failed failed, $skipped skipped"
 # each skipped suite, script or test, how many and why
 if [ ${#skips[@]} -gt 0 ]; then
