@@ -24,7 +24,13 @@ refuses a file in which "MODULE_PATHNAME", "$libdir" or "LANGUAGE C" is
 left, comments included.
 
 Writes sql-edition/idem.sql (a plain script for psql) and
-sql-edition/idem_tle.sql (registers extension idem with pg_tle).
+sql-edition/idem_tle.sql (registers extension idem with pg_tle).  Each also
+updates what an earlier release's file installed (from FIRST on): the C
+upgrade scripts from that release to this one, with edition.sql applied,
+then every function of this version again, since a body that lives in
+edition.sql changes with no upgrade script naming it.  A change to a table,
+view or trigger of a "before" block is not carried: the release that makes
+one must add its step here (sql-edition/README.md, "Updating").
 """
 
 import os
@@ -34,6 +40,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 QUOTE = "$_idem_tle_$"
+# the first release with an SQL edition: its updates start there
+FIRST = "0.4.0"
 
 
 def control_version():
@@ -198,21 +206,32 @@ def read_edition():
     return omit, before, bodies
 
 
-def edition_script(version):
-    with open(os.path.join(TOP, "idem--%s.sql" % version)) as f:
+def c_script(name):
+    with open(os.path.join(TOP, name)) as f:
         # psql's meta-commands (the guard against running the script by hand)
-        source = re.sub(r"^\\[^\n]*\n", "", f.read(), flags=re.M)
-    omit, before, bodies = read_edition()
+        return re.sub(r"^\\[^\n]*\n", "", f.read(), flags=re.M)
+
+
+def convert(source, edition, whole):
+    """The C script source with edition.sql applied.
+
+    whole: source is a version's install script, so every "before" must
+    find its statement and every body its function; in an upgrade step the
+    "before" blocks are not placed (what they create comes with the
+    step's replay, below) and a body may go unused.
+    """
+    omit, before, bodies = edition
     out = []
     for stmt in statements(source):
         code = code_of(stmt)
         if not code:
             out.append(stmt)
             continue
-        for b in before:
-            if not b[2] and b[0].search(code):
-                out.append("\n\n" + b[1] + "\n")
-                b[2] = True
+        if whole:
+            for b in before:
+                if not b[2] and b[0].search(code):
+                    out.append("\n\n" + b[1] + "\n")
+                    b[2] = True
         if any(r.search(code) for r in omit):
             continue
         if "MODULE_PATHNAME" not in code:
@@ -230,11 +249,12 @@ def edition_script(version):
         body[2] = True
         out.append(stmt[:m.start()] + "AS $idem$\n" + text + "\n$idem$\n"
                    + attributes + stmt[m.end():])
-    unused = [k for k, b in bodies.items() if not b[2]]
-    unused += [b[0].pattern for b in before if not b[2]]
-    if unused:
-        sys.exit("generate.py: edition.sql names what the C script lacks: "
-                 + "; ".join(unused))
+    if whole:
+        unused = [k for k, b in bodies.items() if not b[2]]
+        unused += [b[0].pattern for b in before if not b[2]]
+        if unused:
+            sys.exit("generate.py: edition.sql names what the C script lacks: "
+                     + "; ".join(unused))
     script = "".join(out)
     for word in ("MODULE_PATHNAME", "$libdir", "LANGUAGE C ", "LANGUAGE C\n",
                  "LANGUAGE C;"):
@@ -243,61 +263,177 @@ def edition_script(version):
     return script
 
 
-def plain(script, version):
+def edition_script(version):
+    return convert(c_script("idem--%s.sql" % version), read_edition(), True)
+
+
+def vkey(version):
+    return tuple(int(x) for x in re.findall(r"\d+", version))
+
+
+def upgrades(version):
+    """{from: steps}: for each earlier release that had an SQL edition (its
+    install script idem--A.sql, A at least FIRST), the C upgrade scripts
+    that lead from it to version, shortest chain first"""
+    names = os.listdir(TOP)
+    edges = {}
+    for n in names:
+        m = re.match(r"idem--([^-]+)--([^-]+)\.sql$", n)
+        if m:
+            edges.setdefault(m.group(1), []).append(m.group(2))
+    paths = {}
+    for n in names:
+        m = re.match(r"idem--([^-]+)\.sql$", n)
+        if not m or m.group(1) == version or vkey(m.group(1)) < vkey(FIRST):
+            continue
+        start = m.group(1)
+        queue, seen = [[start]], {start}
+        while queue:
+            chain = queue.pop(0)
+            if chain[-1] == version:
+                paths[start] = ["idem--%s--%s.sql" % (a, b)
+                                for a, b in zip(chain, chain[1:])]
+                break
+            for nxt in sorted(edges.get(chain[-1], [])):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    queue.append(chain + [nxt])
+        if start not in paths and vkey(start) < vkey(version):
+            sys.exit("generate.py: no upgrade scripts lead from %s to %s"
+                     % (start, version))
+    return paths
+
+
+def upgrade_script(steps, script):
+    """An update of the SQL edition: the C upgrade steps, each with
+    edition.sql applied, then every function of the new version's script
+    again (CREATE OR REPLACE) with its grants and comment, since a body
+    that lives in edition.sql changes with no C upgrade step naming it"""
+    edition = read_edition()
+    out = ["SET LOCAL check_function_bodies = off;\n"]
+    for step in steps:
+        out.append("\n-- %s\n" % step)
+        out.append(convert(c_script(step), edition, False))
+    out.append("\n-- every function of the new version, again\n")
+    for stmt in statements(script):
+        # the statement without the comments before it
+        text = re.sub(r"^(\s+|--[^\n]*\n|/\*.*?\*/)*", "", stmt, flags=re.S)
+        m = re.match(r"CREATE\s+(?:OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE)\b",
+                     text, re.I)
+        if m:
+            out.append("\nCREATE OR REPLACE %s%s\n" % (m.group(1), text[m.end():]))
+        elif re.match(r"(GRANT|REVOKE)\b[^;]*?\bON\s+(FUNCTION|PROCEDURE|ROUTINE)\b"
+                      r"|COMMENT\s+ON\s+(FUNCTION|PROCEDURE)\b", text, re.I):
+            out.append("\n" + text + "\n")
+    return "".join(out)
+
+
+def plain_text(text):
+    """A part of the plain script: no extension, the schema psql found"""
+    text = re.sub(r"^SELECT pg_catalog\.pg_extension_config_dump\(.*?\);\n",
+                  "", text, flags=re.M | re.S)
+    return text.replace("@extschema@", ':"idem_schema"')
+
+
+def plain(script, version, ups):
     """The script for psql, in the schema first in the search_path"""
-    script = re.sub(r"^SELECT pg_catalog\.pg_extension_config_dump\(.*?\);\n",
-                    "", script, flags=re.M | re.S)
-    script = script.replace("@extschema@", ':"idem_schema"')
+    where = ("pg_catalog.obj_description(pg_catalog.to_regprocedure("
+             "pg_catalog.quote_ident(:'idem_schema') || '.idem_edition()'), 'pg_proc')")
+    tag = """
+COMMENT ON FUNCTION idem_edition() IS
+	'which edition of idem this is: sql (this one) or c [idem %s]';
+COMMIT;
+""" % version
     head = """\
 -- idem %(v)s, the SQL edition, as a plain script (generated by
 -- sql-edition/generate.py from idem--%(v)s.sql and sql-edition/edition.sql).
 -- Run it with psql as the database's owner:
 --     psql -v ON_ERROR_STOP=1 -f idem.sql
 -- It creates idem's objects in the first schema of the search_path, in one
--- transaction; run again at the same version, it changes nothing.
+-- transaction; run again at the same version, it changes nothing; run where
+-- an earlier release's file installed idem, it updates that in place,
+-- keeping the records.
 \\set ON_ERROR_STOP 1
 SELECT pg_catalog.current_schema() AS idem_schema \\gset
 SELECT pg_catalog.to_regprocedure(pg_catalog.quote_ident(:'idem_schema') || '.idem_edition()') IS NOT NULL AS idem_present \\gset
 \\if :idem_present
-SELECT pg_catalog.obj_description(pg_catalog.to_regprocedure(pg_catalog.quote_ident(:'idem_schema') || '.idem_edition()'), 'pg_proc') LIKE '%%[idem %(v)s]' AS idem_same \\gset
+SELECT %(w)s LIKE '%%[idem %(v)s]' AS idem_same \\gset
 \\if :idem_same
 \\echo idem %(v)s is already installed in schema :idem_schema
 \\quit
 \\endif
+""" % {"v": version, "w": where}
+    for old in sorted(ups, key=vkey):
+        head += """\
+SELECT %(w)s LIKE '%%[idem %(a)s]' AS idem_update \\gset
+\\if :idem_update
+\\echo updating idem in schema :idem_schema from %(a)s to %(v)s
+BEGIN;
+%(u)s%(t)s\\quit
+\\endif
+""" % {"w": where, "a": old, "v": version, "u": plain_text(ups[old]), "t": tag}
+    head += """\
 \\echo another version of idem is installed in schema :idem_schema
 DO $$ BEGIN RAISE EXCEPTION 'another version of idem is installed in this schema'; END $$;
 \\endif
 BEGIN;
-""" % {"v": version}
-    tail = """
-COMMENT ON FUNCTION idem_edition() IS
-	'which edition of idem this is: sql (this one) or c [idem %s]';
-COMMIT;
-""" % version
-    return head + script + tail
+"""
+    return head + plain_text(script) + tag
 
 
-def tle(script, version):
-    if QUOTE in script or "$_pgtle_" in script:
-        sys.exit("generate.py: the script holds a pg_tle quote")
+def tle(script, version, ups):
+    """The file that registers this version with pg_tle: the extension
+    where idem is not registered yet; where an earlier release is, this
+    version beside it, with an update path from each earlier release that
+    had an SQL edition, as the new default (ALTER EXTENSION idem UPDATE)"""
+    for text in [script] + list(ups.values()):
+        if QUOTE in text or "$_pgtle_" in text or "$_idem_do_$" in text:
+            sys.exit("generate.py: the script holds a pg_tle quote")
+    paths = "".join("""
+		IF NOT EXISTS (SELECT FROM pgtle.extension_update_paths('idem')
+					   WHERE source = '%(a)s' AND target = '%(v)s'
+						 AND path = '%(a)s--%(v)s') THEN
+			PERFORM pgtle.install_update_path('idem', '%(a)s', '%(v)s', %(q)s
+%(u)s
+%(q)s);
+		END IF;""" % {"a": old, "v": version, "q": QUOTE, "u": ups[old]}
+                    for old in sorted(ups, key=vkey))
     return """\
 -- idem %(v)s, the SQL edition, for pg_tle (generated by
 -- sql-edition/generate.py from idem--%(v)s.sql and sql-edition/edition.sql).
 -- A member of pgtle_admin runs it once per database:
 --     psql -v ON_ERROR_STOP=1 -f idem_tle.sql
--- and then CREATE EXTENSION idem;
-SELECT pgtle.install_extension('idem', '%(v)s', %(c)s, %(q)s
+-- and then CREATE EXTENSION idem, or, where an earlier release's file
+-- registered idem, ALTER EXTENSION idem UPDATE.  Run again, it changes
+-- nothing.
+DO $_idem_do_$
+DECLARE
+	script text := %(q)s
 %(s)s
-%(q)s);
+%(q)s;
+BEGIN
+	IF NOT EXISTS (SELECT FROM pgtle.available_extensions() WHERE name = 'idem') THEN
+		PERFORM pgtle.install_extension('idem', '%(v)s', %(c)s, script);
+	ELSE
+		IF NOT EXISTS (SELECT FROM pgtle.available_extension_versions()
+					   WHERE name = 'idem' AND version = '%(v)s') THEN
+			PERFORM pgtle.install_extension_version_sql('idem', '%(v)s', script);
+		END IF;%(p)s
+		PERFORM pgtle.set_default_version('idem', '%(v)s');
+	END IF;
+END
+$_idem_do_$;
 """ % {"v": version, "c": "'" + control_comment().replace("'", "''") + "'",
-       "q": QUOTE, "s": script}
+       "q": QUOTE, "s": script, "p": paths}
 
 
 def main():
     version = control_version()
     script = edition_script(version)
-    for name, text in (("idem.sql", plain(script, version)),
-                       ("idem_tle.sql", tle(script, version))):
+    ups = {old: upgrade_script(steps, script)
+           for old, steps in upgrades(version).items()}
+    for name, text in (("idem.sql", plain(script, version, ups)),
+                       ("idem_tle.sql", tle(script, version, ups))):
         with open(os.path.join(HERE, name), "w") as f:
             f.write(text)
         print("wrote sql-edition/" + name)
