@@ -28,9 +28,11 @@ sql-edition/idem_tle.sql (registers extension idem with pg_tle).  Each also
 updates what an earlier release's file installed (from FIRST on): the C
 upgrade scripts from that release to this one, with edition.sql applied,
 then every function of this version again, since a body that lives in
-edition.sql changes with no upgrade script naming it.  A change to a table,
-view or trigger of a "before" block is not carried: the release that makes
-one must add its step here (sql-edition/README.md, "Updating").
+edition.sql changes with no upgrade script naming it, then a drop of the
+helpers (idem_sql_*) this version no longer defines.  Not carried, so the
+release that makes one must add its step here: a helper whose result type
+or argument names change, and a change to a table, view or trigger of a
+"before" block (sql-edition/README.md, "Updating").
 """
 
 import os
@@ -243,6 +245,10 @@ def convert(source, edition, whole):
         if sig is None or m is None:
             sys.exit("generate.py: cannot read the C function in:\n" + stmt)
         body = bodies.get(sig)
+        if body is None and not whole:
+            # a function of an upgrade step that a later step drops
+            body = ["LANGUAGE plpgsql", "BEGIN\n\tRAISE EXCEPTION 'dropped "
+                    "by a later update';\nEND", False]
         if body is None:
             sys.exit("generate.py: edition.sql has no body for " + sig)
         attributes, text = body[0], body[1]
@@ -268,25 +274,25 @@ def edition_script(version):
 
 
 def vkey(version):
-    return tuple(int(x) for x in re.findall(r"\d+", version))
+    """A release's version (numbers and dots only) for comparing"""
+    if not re.fullmatch(r"\d+(\.\d+)*", version):
+        sys.exit("generate.py: a version of numbers and dots, not " + version)
+    return tuple(int(x) for x in version.split("."))
 
 
 def upgrades(version):
-    """{from: steps}: for each earlier release that had an SQL edition (its
-    install script idem--A.sql, A at least FIRST), the C upgrade scripts
-    that lead from it to version, shortest chain first"""
-    names = os.listdir(TOP)
+    """{from: steps}: for each earlier release that had an SQL edition (each
+    version from FIRST on that an upgrade script leads from), the C upgrade
+    scripts that lead from it to version, shortest chain first"""
     edges = {}
-    for n in names:
+    for n in os.listdir(TOP):
         m = re.match(r"idem--([^-]+)--([^-]+)\.sql$", n)
         if m:
             edges.setdefault(m.group(1), []).append(m.group(2))
     paths = {}
-    for n in names:
-        m = re.match(r"idem--([^-]+)\.sql$", n)
-        if not m or m.group(1) == version or vkey(m.group(1)) < vkey(FIRST):
+    for start in edges:
+        if start == version or vkey(start) < vkey(FIRST):
             continue
-        start = m.group(1)
         queue, seen = [[start]], {start}
         while queue:
             chain = queue.pop(0)
@@ -304,27 +310,85 @@ def upgrades(version):
     return paths
 
 
+def lead(stmt):
+    """The statement without the comments and blank space before it"""
+    i, n = 0, len(stmt)
+    while i < n:
+        if stmt[i].isspace():
+            i += 1
+        elif stmt.startswith("--", i):
+            j = stmt.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif stmt.startswith("/*", i):
+            depth = 0
+            while i < n:
+                if stmt.startswith("/*", i):
+                    depth += 1
+                    i += 2
+                elif stmt.startswith("*/", i):
+                    depth -= 1
+                    i += 2
+                    if depth == 0:
+                        break
+                else:
+                    i += 1
+        else:
+            break
+    return stmt[i:]
+
+
 def upgrade_script(steps, script):
     """An update of the SQL edition: the C upgrade steps, each with
     edition.sql applied, then every function of the new version's script
     again (CREATE OR REPLACE) with its grants and comment, since a body
-    that lives in edition.sql changes with no C upgrade step naming it"""
+    that lives in edition.sql changes with no C upgrade step naming it;
+    then the edition's own helpers (idem_sql_*) that the new version no
+    longer defines are dropped, so that no old worker stays callable"""
     edition = read_edition()
+    # the steps may create functions that a later step drops, whose bodies
+    # edition.sql no longer has: pg_tle and psql need no body of those
     out = ["SET LOCAL check_function_bodies = off;\n"]
     for step in steps:
         out.append("\n-- %s\n" % step)
         out.append(convert(c_script(step), edition, False))
-    out.append("\n-- every function of the new version, again\n")
+    out.append("\n-- every function of the new version, again\n"
+               "SET LOCAL check_function_bodies = on;\n")
+    created = replayed = 0
     for stmt in statements(script):
-        # the statement without the comments before it
-        text = re.sub(r"^(\s+|--[^\n]*\n|/\*.*?\*/)*", "", stmt, flags=re.S)
+        text = lead(stmt)
+        if re.match(r"CREATE\s+(?:OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE)\b",
+                    code_of(stmt), re.I):
+            created += 1
         m = re.match(r"CREATE\s+(?:OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE)\b",
                      text, re.I)
         if m:
+            replayed += 1
             out.append("\nCREATE OR REPLACE %s%s\n" % (m.group(1), text[m.end():]))
         elif re.match(r"(GRANT|REVOKE)\b[^;]*?\bON\s+(FUNCTION|PROCEDURE|ROUTINE)\b"
-                      r"|COMMENT\s+ON\s+(FUNCTION|PROCEDURE)\b", text, re.I):
+                      r"|COMMENT\s+ON\s+(FUNCTION|PROCEDURE|ROUTINE)\b", text, re.I):
             out.append("\n" + text + "\n")
+        elif re.match(r"ALTER\s+(FUNCTION|PROCEDURE|ROUTINE)\b", text, re.I):
+            sys.exit("generate.py: an update cannot replay " + text.split("\n")[0])
+    if created != replayed:
+        sys.exit("generate.py: %d functions created, %d replayed" % (created, replayed))
+    # what this transaction did not write, it did not define (the schema
+    # is the first of the search_path: psql's for the plain script, and
+    # the extension's during ALTER EXTENSION)
+    out.append("""
+DO $_idem_drop_$
+DECLARE
+	f			regprocedure;
+BEGIN
+	FOR f IN SELECT p.oid FROM pg_catalog.pg_proc p
+			  WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace
+				AND p.proname LIKE 'idem\\_sql\\_%%'
+				AND p.xmin::text::bigint <> pg_catalog.pg_current_xact_id()::text::bigint %% 4294967296
+	LOOP
+		EXECUTE pg_catalog.format('DROP FUNCTION %%s', f);
+	END LOOP;
+END
+$_idem_drop_$;
+""" % ())
     return "".join(out)
 
 
@@ -337,8 +401,8 @@ def plain_text(text):
 
 def plain(script, version, ups):
     """The script for psql, in the schema first in the search_path"""
-    where = ("pg_catalog.obj_description(pg_catalog.to_regprocedure("
-             "pg_catalog.quote_ident(:'idem_schema') || '.idem_edition()'), 'pg_proc')")
+    where = ("coalesce(pg_catalog.obj_description(pg_catalog.to_regprocedure("
+             "pg_catalog.quote_ident(:'idem_schema') || '.idem_edition()'), 'pg_proc'), '')")
     tag = """
 COMMENT ON FUNCTION idem_edition() IS
 	'which edition of idem this is: sql (this one) or c [idem %s]';
@@ -419,7 +483,13 @@ BEGIN
 					   WHERE name = 'idem' AND version = '%(v)s') THEN
 			PERFORM pgtle.install_extension_version_sql('idem', '%(v)s', script);
 		END IF;%(p)s
-		PERFORM pgtle.set_default_version('idem', '%(v)s');
+		/* never back to an older version: its file run after this one's */
+		IF EXISTS (SELECT FROM pgtle.available_extensions()
+					WHERE name = 'idem'
+					  AND string_to_array(default_version, '.')::int[]
+						  < string_to_array('%(v)s', '.')::int[]) THEN
+			PERFORM pgtle.set_default_version('idem', '%(v)s');
+		END IF;
 	END IF;
 END
 $_idem_do_$;

@@ -38,11 +38,17 @@ copy($_, "$tree/$_") or BAIL_OUT("copy $_: $!") for glob('idem--*.sql');
 copy("sql-edition/generate.py", "$tree/sql-edition/") or BAIL_OUT("copy: $!");
 $control =~ s/default_version = '[^']+'/default_version = '$next'/;
 append_to_file("$tree/idem.control", $control);
+# what a release's upgrade script holds: a table, and a function of the
+# library, whose SQL edition body is in edition.sql
 my $added = q{
+CREATE TABLE idem_next_table (id integer PRIMARY KEY);
+
+REVOKE ALL ON idem_next_table FROM PUBLIC;
+
 CREATE FUNCTION idem_next_release()
 RETURNS text
-LANGUAGE sql STABLE
-AS $$ SELECT 'next' $$;
+AS 'MODULE_PATHNAME', 'idem_next_release'
+LANGUAGE C STABLE;
 
 REVOKE ALL ON FUNCTION idem_next_release() FROM PUBLIC;
 };
@@ -51,6 +57,11 @@ append_to_file("$tree/idem--$next.sql", slurp_file("idem--$this.sql") . $added);
 my $edition = slurp_file('sql-edition/edition.sql');
 $edition =~ s/^(--\@ body idem_tenant\(\)[^\n]*\n)/$1-- changed in the next release\n/m
   or BAIL_OUT('edition.sql has no body of idem_tenant()');
+$edition .= q{
+--@ body idem_next_release() LANGUAGE sql
+	SELECT 'next'::text
+--@ end
+};
 append_to_file("$tree/sql-edition/edition.sql", $edition);
 my ($gout, $gerr);
 IPC::Run::run([ 'python3', "$tree/sql-edition/generate.py" ], '>', \$gout, '2>', \$gerr)
@@ -105,43 +116,54 @@ my $read = q{
 	SELECT outcome, status, encode(body, 'hex'), headers FROM idem_claim('t', 'POST /o', 'k1', 'req');
 };
 my $replay = "replay|201|00ff0a|{\"Location\": \"/o/1\"}";
+# a helper of this release that the next one no longer defines
+my $obsolete = q{
+	CREATE FUNCTION idem_sql_obsolete() RETURNS integer LANGUAGE sql AS 'SELECT 1';
+};
 my $after = q{
 	SELECT idem_next_release();
+	SELECT count(*) FROM idem_next_table;
+	SELECT to_regprocedure('idem_sql_obsolete()') IS NULL;
 	SELECT has_function_privilege('app_role', 'idem_next_release()', 'EXECUTE');
 	SELECT prosrc LIKE '%changed in the next release%' FROM pg_proc WHERE oid = 'idem_tenant()'::regprocedure;
 	SELECT outcome FROM idem_claim('t', 'POST /o', 'k2', 'req');
 };
-my $after_out = "next\nf\nt\nclaimed";
+my $after_out = "next\n0\nt\nf\nt\nclaimed";
 
 # through pg_tle
 my ($ok, $out, $err) = run_file('tle', 'sql-edition/idem_tle.sql');
 ok($ok, "pg_tle: this release's idem_tle.sql") or diag($err);
 as_admin('tle', 'CREATE EXTENSION idem');
-as_admin('tle', $write);
+as_admin('tle', $write . $obsolete . 'ALTER EXTENSION idem ADD FUNCTION idem_sql_obsolete();');
 ($ok, $out, $err) = run_file('tle', "$tree/sql-edition/idem_tle.sql");
 ok($ok, "pg_tle: the next release's idem_tle.sql where this one's is registered") or diag($err);
 ($ok, $out, $err) = run_file('tle', "$tree/sql-edition/idem_tle.sql");
 ok($ok, 'pg_tle: and again, which changes nothing') or diag($err);
 is(as_admin('tle', q{SELECT extversion FROM pg_extension WHERE extname = 'idem'}),
 	$this, 'the extension stays at this release until ALTER EXTENSION');
+($ok, $out, $err) = run_file('tle', 'sql-edition/idem_tle.sql');
+ok($ok, "pg_tle: this release's file run again") or diag($err);
+is(as_admin('tle', q{SELECT default_version FROM pgtle.available_extensions() WHERE name = 'idem'}),
+	$next, 'which leaves the next release the default');
 is(as_admin('tle', q{ALTER EXTENSION idem UPDATE; SELECT extversion FROM pg_extension WHERE extname = 'idem'}),
 	$next, 'ALTER EXTENSION idem UPDATE takes it to the next release');
 is(as_admin('tle', $read), $replay, 'pg_tle: a record of this release replays byte for byte after the update');
 is(as_admin('tle', $after), $after_out,
-	"pg_tle: the next release's function (not executable by PUBLIC) and its changed body are in place");
+	"pg_tle: the next release's function (not executable by PUBLIC), table and changed body are in place, this one's helper gone");
 
 # the plain script
 ($ok, $out, $err) = run_file('plain', 'sql-edition/idem.sql');
 ok($ok, "plain: this release's idem.sql") or diag($err);
-as_admin('plain', $write);
+as_admin('plain', $write . $obsolete);
 ($ok, $out, $err) = run_file('plain', "$tree/sql-edition/idem.sql");
 ok($ok, "plain: the next release's idem.sql where this one's was run") or diag($err);
 like($out, qr/updating idem in schema public from \Q$this\E to \Q$next\E/, 'says that it updates');
 is(as_admin('plain', $read), $replay, 'plain: a record of this release replays byte for byte after the update');
 is(as_admin('plain', $after), $after_out,
-	"plain: the next release's function (not executable by PUBLIC) and its changed body are in place");
+	"plain: the next release's function (not executable by PUBLIC), table and changed body are in place, this one's helper gone");
 ($ok, $out, $err) = run_file('plain', "$tree/sql-edition/idem.sql");
-like($out, qr/idem \Q$next\E is already installed/, 'plain: run again, it changes nothing');
+ok($ok && $out =~ /idem \Q$next\E is already installed/, 'plain: run again, it changes nothing')
+  or diag($err);
 ($ok, $out, $err) = run_file('plain', 'sql-edition/idem.sql');
 ok(!$ok && $err =~ /another version of idem is installed in this schema/,
 	"plain: this release's file refuses to run over the next's") or diag($err);
