@@ -1058,6 +1058,37 @@ $$;
  * claim lock, so that a batch of 100,000 keys holds no lock per key: its
  * insert waits for another transaction's uncommitted claim of the key.
  */
+/*
+ * A claim's wait for a committed pending claim fails as in a deadlock
+ * (40P01) when another process waits for a lock this transaction holds:
+ * the owner may need it to finish the claim, and no deadlock detector sees
+ * that cycle (src/wait.c's blocked_by_me).  A wait for this backend's
+ * virtual transaction is left out: CREATE INDEX CONCURRENTLY and its kin
+ * wait so for every older transaction.
+ */
+CREATE FUNCTION idem_sql_blocked_by_me(tenant text, endpoint text, key text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+	blocked		integer;
+BEGIN
+	SELECT l.pid INTO blocked
+	  FROM pg_locks l
+	 WHERE NOT l.granted AND l.pid <> pg_backend_pid()
+	   AND l.locktype <> 'virtualxid'
+	   AND pg_backend_pid() = ANY (pg_blocking_pids(l.pid))
+	 LIMIT 1;
+	IF blocked IS NOT NULL THEN
+		RAISE EXCEPTION 'deadlock detected'
+			USING ERRCODE = 'deadlock_detected',
+				  DETAIL = format('Process %s waits for the committed pending claim of idem key "%s" of endpoint "%s" (tenant "%s") to be finished; process %s waits for a lock that process %s holds.',
+								  pg_backend_pid(), key, endpoint, tenant, blocked, pg_backend_pid()),
+				  HINT = 'The claim''s owner may need that lock to finish it. Take a claim''s wait before the locks of the work it guards, or wait without holding locks.';
+	END IF;
+END
+$$;
+
 CREATE FUNCTION idem_sql_decide_claim(role oid, tenant text, endpoint text, key text,
 							   digest bytea, wait boolean, lease interval,
 							   retention interval, wait_timeout interval,
@@ -1083,6 +1114,8 @@ DECLARE
 	have_snap	boolean;
 	own			boolean;
 	floor		integer;
+	lock_deadline timestamptz;
+	deadlock_check timestamptz;
 BEGIN
 	/* one simple expression for the names that pass, the checks for the rest */
 	IF coalesce(tenant = '' OR octet_length(tenant) > 255 OR
@@ -1137,11 +1170,33 @@ BEGIN
 				 * A committed pending claim: wait for a transaction that is
 				 * finishing it, whatever wait_timeout (as the C edition
 				 * does); then look again, in 10 ms while wait_timeout runs,
-				 * or once more at once when it has run out
+				 * or once more at once when it has run out.  Those looks
+				 * are no lock wait, so they end as src/wait.c ends its
+				 * sleeps: at lock_timeout from the first, and with a
+				 * deadlock's error when, after each deadlock_timeout,
+				 * another process waits for a lock this transaction holds
+				 * (the owner may need it to finish the claim)
 				 */
 				waited := idem_sql_wait_writer(tenant, endpoint, key, waited);
-				IF clock_timestamp() < deadline THEN
-					PERFORM pg_sleep(0.01);
+				now := clock_timestamp();
+				IF lock_deadline IS NULL THEN
+					lock_deadline := CASE WHEN current_setting('lock_timeout')::interval > '0'
+										  THEN now + current_setting('lock_timeout')::interval
+										  ELSE 'infinity' END;
+					deadlock_check := now + current_setting('deadlock_timeout')::interval;
+				END IF;
+				IF now >= deadlock_check THEN
+					PERFORM idem_sql_blocked_by_me(tenant, endpoint, key);
+					deadlock_check := now + current_setting('deadlock_timeout')::interval;
+				END IF;
+				IF now >= lock_deadline THEN
+					RAISE EXCEPTION 'canceling statement due to lock timeout'
+						USING ERRCODE = 'lock_not_available',
+							  DETAIL = format('The committed pending claim of idem key "%s" of endpoint "%s" (tenant "%s") was not finished within lock_timeout.',
+											  key, endpoint, tenant);
+				END IF;
+				IF now < deadline THEN
+					PERFORM pg_sleep(least(0.01, extract(epoch FROM least(lock_deadline, deadlock_check) - now)));
 				ELSE
 					last := true;
 				END IF;
@@ -2083,6 +2138,7 @@ REVOKE ALL ON FUNCTION idem_sql_cap(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_body_limit() FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_require_binding() FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_log_outcomes() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_blocked_by_me(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_decide_claim(oid, text, text, text, bytea, boolean, interval, interval, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_as(oid, text, text, text, bytea, boolean, interval, interval, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_finish_as(oid, text, text, text, text, integer, bytea, integer, jsonb) FROM PUBLIC;

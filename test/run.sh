@@ -424,16 +424,6 @@ if want sql-regress || want sql-isolation; then
 		if want sql-isolation; then
 			say "isolation against the SQL edition"
 			specs=$(pick "${IDEM_TEST_ISOLATION:-}" $(cd test/isolation/specs && ls *.spec | sed 's/\.spec$//'))
-			# unless named, not the spec whose steps wait => true for a
-			# committed pending claim that no transaction is finishing: the
-			# SQL edition polls for it (pg_sleep), which isolationtester
-			# does not see as waiting, so the step would run into its
-			# timeout (sql-edition/README.md)
-			if [ -z "${IDEM_TEST_ISOLATION:-}" ]; then
-				polls="claim-wait-limits"
-				specs=$(for t in $specs; do [[ " $polls " == *" $t "* ]] || echo "$t"; done)
-				skip "$(echo $polls | wc -w)" sql-isolation "$(echo $polls | sed 's/ /, /g'): a claim with wait => true polls for a committed pending claim that no transaction is finishing, which isolationtester cannot see waiting (sql-edition/README.md, Testing)"
-			fi
 			sql_edition_suite sql-isolation pg_isolation_regress specs $specs
 			lap sql-isolation
 		fi
