@@ -64,6 +64,28 @@ def control_comment():
     return "idem"
 
 
+def after_comment(sql, i):
+    """Where the comment that starts at i ends: a line comment with its
+    newline, a block comment with the blocks nested in it"""
+    n = len(sql)
+    if sql.startswith("--", i):
+        j = sql.find("\n", i)
+        return n if j < 0 else j + 1
+    depth = 0
+    while i < n:
+        if sql.startswith("/*", i):
+            depth += 1
+            i += 2
+        elif sql.startswith("*/", i):
+            depth -= 1
+            i += 2
+            if depth == 0:
+                break
+        else:
+            i += 1
+    return i
+
+
 def statements(sql):
     """Split a script into its statements, each with the comments before it.
 
@@ -76,22 +98,8 @@ def statements(sql):
     n = len(sql)
     while i < n:
         c = sql[i]
-        if sql.startswith("--", i):
-            j = sql.find("\n", i)
-            i = n if j < 0 else j + 1
-        elif sql.startswith("/*", i):
-            depth = 0
-            while i < n:
-                if sql.startswith("/*", i):
-                    depth += 1
-                    i += 2
-                elif sql.startswith("*/", i):
-                    depth -= 1
-                    i += 2
-                    if depth == 0:
-                        break
-                else:
-                    i += 1
+        if sql.startswith("--", i) or sql.startswith("/*", i):
+            i = after_comment(sql, i)
         elif c in ("'", '"'):
             j = i + 1
             while j < n:
@@ -316,22 +324,8 @@ def lead(stmt):
     while i < n:
         if stmt[i].isspace():
             i += 1
-        elif stmt.startswith("--", i):
-            j = stmt.find("\n", i)
-            i = n if j < 0 else j + 1
-        elif stmt.startswith("/*", i):
-            depth = 0
-            while i < n:
-                if stmt.startswith("/*", i):
-                    depth += 1
-                    i += 2
-                elif stmt.startswith("*/", i):
-                    depth -= 1
-                    i += 2
-                    if depth == 0:
-                        break
-                else:
-                    i += 1
+        elif stmt.startswith("--", i) or stmt.startswith("/*", i):
+            i = after_comment(stmt, i)
         else:
             break
     return stmt[i:]
