@@ -505,11 +505,19 @@ if want tap; then
 	say "TAP"
 	tle_install || true
 	mkdir -p "$OUT/tap"
+	tap_start=$(date +%s)
 	PG_TEST_TIMEOUT_DEFAULT=90 TESTDIR="$OUT/tap" PG_REGRESS="$PG_PGXSDIR/src/test/regress/pg_regress" \
 		prove -v -I "$PG_PGXSDIR/src/test/perl" \
 		$(pick "${IDEM_TEST_TAP:-}" $(cd test/t && ls *.pl | sed 's/\.pl$//') | sed 's|^|test/t/|; s|$|.pl|') 2>&1 |
 		tee "$OUT/tap.log"
 	count_prove "$OUT/tap.log"
+	# the slowest scripts, from when each one's log was last written (they
+	# run one after another, from the suite's start)
+	slow=$(cd "$OUT/tap/tmp_check/log" 2>/dev/null &&
+		for f in regress_log_*; do [ -f "$f" ] && echo "$(stat -c %Y "$f") ${f#regress_log_}"; done |
+		sort -n | awk -v t="$tap_start" '{print $1 - t, $2; t = $1}' | sort -rn | head -n 5 |
+		awk '{printf "%s%s %s s", (NR > 1 ? ", " : ""), $2, $1}')
+	[ -z "$slow" ] || say "tap: slowest: $slow"
 fi
 want tap && lap tap
 
