@@ -3,8 +3,8 @@
 # protocol both ways and, for a fifth of the connections, cuts them at
 # COMMIT: half of those after the server answered it (the transaction
 # committed; the client never learns), half before the COMMIT reached the
-# server (it rolled back).  1,000 business operations, each retried with its
-# key on a new connection until it gets an answer: exactly 1,000 business
+# server (it rolled back).  400 business operations, each retried with its
+# key on a new connection until it gets an answer: exactly 400 business
 # rows, one per key; an operation whose committed reply was lost is answered
 # "replay" by its retry, one whose COMMIT was lost "claimed".
 use strict;
@@ -18,7 +18,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $operations = 1000;
+my $operations = 400;
 
 my $node = PostgreSQL::Test::Cluster->new('lost_reply');
 $node->init;
