@@ -15,8 +15,9 @@
 #       package unpacked by dpkg -x; the archive unpacked elsewhere, built
 #       and installed), a server started from it with idem preloaded,
 #       CREATE EXTENSION idem, and "make installcheck" against that server
-#       (for the archive, of the TAP scripts only 061_upgrade, which needs
-#       every install and upgrade script in it).
+#       (of the TAP scripts, 061_upgrade and 062_rolling_upgrade, which
+#       need every install and upgrade script installed; make test runs
+#       them all against the same code).
 #       IDEM_INSTALLCHECK_ARGS adds make arguments (e.g. "REGRESS=claim
 #       ISOLATION= PROVE_TESTS=test/t/061_upgrade.pl" for a quick run);
 #       IDEM_PACKAGE_PORT is the first of the two servers' ports.
@@ -149,22 +150,23 @@ test_as_user() {
 	PG_PKGLIBDIR=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)
 	PG_SHAREDIR=$(/usr/lib/postgresql/15/bin/pg_config --sharedir)
 	local port=${IDEM_PACKAGE_PORT:-54339} failed=0 dist=$W/dist/idem-$VERSION
+	# of the TAP scripts, the upgrades, which need every install and upgrade
+	# script installed (make test runs them all against this code)
+	local TAP="PROVE_TESTS=test/t/06[12]_*.pl"
 
 	say "dist: building the unpacked archive in $dist"
 	if make -C "$dist" -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >"$W/dist-build.log" 2>&1 &&
 		make -C "$dist" -s install DESTDIR="$W/distpg" \
 			PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >>"$W/dist-build.log" 2>&1; then
-		# the archive's TAP: the upgrade, which needs every install and
-		# upgrade script in it (the package below runs every TAP script
-		# against the same code, built another way)
-		IDEM_INSTALLCHECK_ARGS=${IDEM_INSTALLCHECK_ARGS:-PROVE_TESTS=test/t/061_upgrade.pl} \
+		IDEM_INSTALLCHECK_ARGS=${IDEM_INSTALLCHECK_ARGS:-$TAP} \
 			installcheck dist "$W/distpg" "$dist" $((port + 1)) || failed=$((failed + 1))
 	else
 		cat "$W/dist-build.log"
 		say "dist: the unpacked archive does not build"
 		failed=$((failed + 1))
 	fi
-	installcheck package "$W/pkg" "$W/src" "$port" || failed=$((failed + 1))
+	IDEM_INSTALLCHECK_ARGS=${IDEM_INSTALLCHECK_ARGS:-$TAP} \
+		installcheck package "$W/pkg" "$W/src" "$port" || failed=$((failed + 1))
 	[ $failed -eq 0 ]
 }
 
