@@ -1050,15 +1050,6 @@ AS $$
 $$;
 
 /*
- * Claim a key (the C edition's protocol_claim, in PL/pgSQL): a finished
- * record replays from the snapshot without locking; otherwise the key's
- * claim lock, then the record locked (SKIP LOCKED: one that another
- * transaction is writing answers in_progress) or inserted, the unique index
- * deciding between two inserts.  An element of a batch (batch) takes no
- * claim lock, so that a batch of 100,000 keys holds no lock per key: its
- * insert waits for another transaction's uncommitted claim of the key.
- */
-/*
  * A claim's wait for a committed pending claim fails as in a deadlock
  * (40P01) when another process waits for a lock this transaction holds:
  * the owner may need it to finish the claim, and no deadlock detector sees
@@ -1077,6 +1068,15 @@ BEGIN
 	  FROM pg_locks l
 	 WHERE NOT l.granted AND l.pid <> pg_backend_pid()
 	   AND l.locktype <> 'virtualxid'
+	   AND EXISTS (SELECT FROM pg_locks m
+				   WHERE m.pid = pg_backend_pid() AND m.granted
+					 AND (m.locktype, m.database, m.relation, m.page, m.tuple,
+						  m.virtualxid, m.transactionid, m.classid, m.objid,
+						  m.objsubid)
+						 IS NOT DISTINCT FROM
+						 (l.locktype, l.database, l.relation, l.page, l.tuple,
+						  l.virtualxid, l.transactionid, l.classid, l.objid,
+						  l.objsubid))
 	   AND pg_backend_pid() = ANY (pg_blocking_pids(l.pid))
 	 LIMIT 1;
 	IF blocked IS NOT NULL THEN
@@ -1089,6 +1089,15 @@ BEGIN
 END
 $$;
 
+/*
+ * Claim a key (the C edition's protocol_claim, in PL/pgSQL): a finished
+ * record replays from the snapshot without locking; otherwise the key's
+ * claim lock, then the record locked (SKIP LOCKED: one that another
+ * transaction is writing answers in_progress) or inserted, the unique index
+ * deciding between two inserts.  An element of a batch (batch) takes no
+ * claim lock, so that a batch of 100,000 keys holds no lock per key: its
+ * insert waits for another transaction's uncommitted claim of the key.
+ */
 CREATE FUNCTION idem_sql_decide_claim(role oid, tenant text, endpoint text, key text,
 							   digest bytea, wait boolean, lease interval,
 							   retention interval, wait_timeout interval,
@@ -1179,6 +1188,11 @@ BEGIN
 				 */
 				waited := idem_sql_wait_writer(tenant, endpoint, key, waited);
 				now := clock_timestamp();
+				/* wait_timeout has run out: one more look, as C, no checks */
+				IF now >= deadline THEN
+					last := true;
+					CONTINUE;
+				END IF;
 				IF lock_deadline IS NULL THEN
 					lock_deadline := CASE WHEN current_setting('lock_timeout')::interval > '0'
 										  THEN now + current_setting('lock_timeout')::interval
@@ -1195,11 +1209,8 @@ BEGIN
 							  DETAIL = format('The committed pending claim of idem key "%s" of endpoint "%s" (tenant "%s") was not finished within lock_timeout.',
 											  key, endpoint, tenant);
 				END IF;
-				IF now < deadline THEN
-					PERFORM pg_sleep(least(0.01, extract(epoch FROM least(lock_deadline, deadlock_check) - now)));
-				ELSE
-					last := true;
-				END IF;
+				PERFORM pg_sleep(least(0.01, extract(epoch FROM
+					least(lock_deadline, deadlock_check, deadline, snap.lease_expires_at) - now)));
 				CONTINUE;
 			END IF;
 			outcome := 'in_progress';

@@ -40,7 +40,7 @@
 # are passed in, to run a part of the suite on every major.  The SQL
 # edition's isolation specs and its HTTP and client suites run once, in
 # "make test" on the machine's 15 (IDEM_TEST_EXCEPT="sql-isolation
-# sql-clients" here unless set); the chroots have no pg_tle source, so its
+# sql-clients" here unless it or IDEM_TEST_SUITES is set); the chroots have no pg_tle source, so its
 # suites through pg_tle say that they skip, and TAP 090 (its plain script)
 # runs on every major.
 set -uo pipefail
@@ -49,7 +49,7 @@ cd "$(dirname "$0")/.."
 MIRROR=${IDEM_MATRIX_MIRROR:-http://deb.debian.org/debian}
 ROOT=${IDEM_MATRIX_DIR:-/var/tmp/idem-matrix}
 MAJORS=${PG_MAJORS:-17 18 19}
-IDEM_TEST_EXCEPT=${IDEM_TEST_EXCEPT-sql-isolation sql-clients}
+[ -n "${IDEM_TEST_SUITES:-}" ] || IDEM_TEST_EXCEPT=${IDEM_TEST_EXCEPT-sql-isolation sql-clients}
 CFLAGS=${IDEM_CFLAGS:--Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wformat-nonliteral -Werror}
 # sid's and experimental's Release files may be past their Valid-Until
 APT="apt-get -q -y --no-install-recommends -o Acquire::Check-Valid-Until=false -o Dpkg::Use-Pty=0"

@@ -107,8 +107,10 @@ pg_copy() {
 # copied to PGROOT with idem preloaded, create the extension, and run make
 # installcheck in the source tree SRC against it (as the current user)
 installcheck() {
-	local name=$1 pgroot=$2 src=$3 port=$4 rc=0
+	local name=$1 pgroot=$2 src=$3 port=$4 rc=0 args
 	local bin=$pgroot$PG_BINDIR data=$W/$name-data sock=$W/$name-sock
+	# make's arguments, split at blanks and never globbed here
+	read -r -a args <<<"${IDEM_INSTALLCHECK_ARGS:-}"
 	mkdir -p "$sock"
 	"$bin/initdb" -D "$data" -A trust --no-sync >"$W/$name-initdb.log" 2>&1
 	cat "$src/test/idem.conf" >>"$data/postgresql.conf"
@@ -127,10 +129,9 @@ installcheck() {
 		rc=1
 	fi
 	if [ $rc -eq 0 ]; then
-		# shellcheck disable=SC2086
 		PGHOST=$sock PGPORT=$port PGUSER=$(id -un) \
 			make -C "$src" installcheck PG_CONFIG="$bin/pg_config" \
-			${IDEM_INSTALLCHECK_ARGS:-} 2>&1 | tee "$W/$name-installcheck.log" || rc=1
+			"${args[@]}" 2>&1 | tee "$W/$name-installcheck.log" || rc=1
 	fi
 	"$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null || rc=1
 	if [ $rc -eq 0 ]; then
@@ -151,21 +152,23 @@ test_as_user() {
 	PG_SHAREDIR=$(/usr/lib/postgresql/15/bin/pg_config --sharedir)
 	local port=${IDEM_PACKAGE_PORT:-54339} failed=0 dist=$W/dist/idem-$VERSION
 	# of the TAP scripts, the upgrades, which need every install and upgrade
-	# script installed (make test runs them all against this code)
+	# script installed (make test runs them all against this code); a
+	# PROVE_TESTS of IDEM_INSTALLCHECK_ARGS, later on make's command line,
+	# wins.  The glob is make's recipe's to expand, in the source tree.
 	local TAP="PROVE_TESTS=test/t/06[12]_*.pl"
 
 	say "dist: building the unpacked archive in $dist"
 	if make -C "$dist" -s PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >"$W/dist-build.log" 2>&1 &&
 		make -C "$dist" -s install DESTDIR="$W/distpg" \
 			PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >>"$W/dist-build.log" 2>&1; then
-		IDEM_INSTALLCHECK_ARGS=${IDEM_INSTALLCHECK_ARGS:-$TAP} \
+		IDEM_INSTALLCHECK_ARGS="$TAP ${IDEM_INSTALLCHECK_ARGS:-}" \
 			installcheck dist "$W/distpg" "$dist" $((port + 1)) || failed=$((failed + 1))
 	else
 		cat "$W/dist-build.log"
 		say "dist: the unpacked archive does not build"
 		failed=$((failed + 1))
 	fi
-	IDEM_INSTALLCHECK_ARGS=${IDEM_INSTALLCHECK_ARGS:-$TAP} \
+	IDEM_INSTALLCHECK_ARGS="$TAP ${IDEM_INSTALLCHECK_ARGS:-}" \
 		installcheck package "$W/pkg" "$W/src" "$port" || failed=$((failed + 1))
 	[ $failed -eq 0 ]
 }

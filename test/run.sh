@@ -460,7 +460,7 @@ if want pgtap || want http || want clients; then
 	fi
 	rm -rf "$SOCK"
 fi
-{ want pgtap || want http || want clients; } && lap "pgtap, http, clients"
+{ want pgtap || want http || want clients; } && lap pgtap+http+clients
 
 # the HTTP example and the client packages against the SQL edition, once:
 # a server of the installation with pg_tle and without idem's library
