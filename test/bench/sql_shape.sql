@@ -1,31 +1,11 @@
 -- test/bench/sql_shape.sql: the least a replay of the SQL edition's shape
 -- does (doc/performance.md, "How close the edition's shape can come"),
--- beside the hand-written plpg_claim of test/bench/setup.sql, in a database
+-- beside the hand-written plpg_claim of test/bench/plpg.sql, in a database
 -- where sql-edition/idem.sql is installed in schema public and keys
 -- r1..r1000 of tenant bench, endpoint 'POST /r' are finished.
--- the hand-written baseline (test/bench/setup.sql's plpg_claim), on a copy of idem_record
-CREATE TABLE plpg_record (LIKE idem_record INCLUDING ALL) WITH (fillfactor = 70);
+-- the hand-written baseline (test/bench/plpg.sql), on a copy of the records
+\ir plpg.sql
 INSERT INTO plpg_record SELECT * FROM idem_record;
-CREATE FUNCTION plpg_claim(p_tenant text, p_endpoint text, p_key text, p_fp bytea,
-						   OUT outcome text, OUT status int, OUT body bytea)
-LANGUAGE plpgsql AS $$
-DECLARE
-	d bytea := sha256(p_fp);
-	r plpg_record;
-BEGIN
-	SELECT * INTO r FROM plpg_record
-	 WHERE tenant = p_tenant AND endpoint = p_endpoint AND key = p_key;
-	IF FOUND AND r.state = 'succeeded' AND r.expires_at > now() THEN
-		IF r.fingerprint IS DISTINCT FROM d THEN
-			outcome := 'mismatch';
-		ELSE
-			outcome := 'replay'; status := r.status; body := r.body;
-		END IF;
-		RETURN;
-	END IF;
-	outcome := 'other';
-END
-$$;
 -- the least the SQL edition must do for a replay: an invoker API function
 -- (the caller's role, SET search_path) deciding whether a ticket is needed,
 -- a definer worker reading the record with the binding state in one query
