@@ -61,6 +61,7 @@ int			idem_max_retention = 0;
 int			idem_max_lease = 0;
 int			idem_purge_interval = 60 * 1000;
 int			idem_purge_batch = 10000;
+double		idem_purge_pause = 2.0;
 int			idem_max_body_size = 1024;
 int			idem_log_outcomes = IDEM_LOG_OFF;
 char	   *idem_trace = NULL;
@@ -247,6 +248,15 @@ settings_init(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
+
+	DefineCustomRealVariable("idem.purge_pause",
+							 "How long the background worker pauses after each purge batch, as a multiple of the batch's time.",
+							 "0 runs the batches back to back; 2 leaves the worker at most a third of one core.",
+							 &idem_purge_pause,
+							 2.0, 0.0, 100.0,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("idem.max_body_size",
 							"The largest response body a record stores.",

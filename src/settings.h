@@ -18,6 +18,7 @@ extern int	idem_max_retention; /* seconds, 0: no cap */
 extern int	idem_max_lease;		/* milliseconds, 0: no cap */
 extern int	idem_purge_interval;	/* milliseconds */
 extern int	idem_purge_batch;	/* rows */
+extern double idem_purge_pause;	/* multiple of a batch's time */
 extern int	idem_max_body_size; /* kilobytes */
 /* idem.log_outcomes: which decisions get a LOG line (decisions.c) */
 typedef enum IdemLogOutcomes

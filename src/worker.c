@@ -10,8 +10,9 @@
  * That worker leaves at once where idem is not installed or where a
  * logical-replication subscription receives idem_record (the publisher's
  * purge deletes the records there: subscription.c), and otherwise
- * purges expired records batch after batch, one transaction per batch, for
- * at most IDEM_PURGE_VISIT_MS, then exits.  A worker that had to stop with
+ * purges expired records batch after batch, one transaction per batch,
+ * pausing after each in proportion to its time (idem.purge_pause), for at
+ * most IDEM_PURGE_VISIT_MS, then exits.  A worker that had to stop with
  * expired records left says so (stats.c), and the launcher comes back
  * without waiting an interval.  A database created or dropped later is
  * visited or left out at the next round, and DROP DATABASE, which waits a
@@ -353,6 +354,37 @@ idem_launcher_main(Datum main_arg)
 }
 
 /*
+ * Pace the purge: after a batch that began at started, pause for
+ * idem.purge_pause times as long as it took, as autovacuum's cost delay
+ * paces a vacuum, so that a backlog of millions of expired records is
+ * worked off beside the traffic instead of taking a core from it for
+ * minutes.  The pause counts against the visit (it ends at the deadline),
+ * shows as wait event IdemPurgePause (from 17 on; "Extension" before), and
+ * a SIGTERM ends it at once.
+ */
+static void
+purge_pause(TimestampTz started, TimestampTz deadline)
+{
+	static uint32 pause_event = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	long		pause_ms;
+
+	if (idem_purge_pause <= 0 || now >= deadline)
+		return;
+	pause_ms = (long) (TimestampDifferenceMilliseconds(started, now) *
+					   idem_purge_pause);
+	pause_ms = Min(pause_ms, TimestampDifferenceMilliseconds(now, deadline));
+	if (pause_ms <= 0)
+		return;
+	if (pause_event == 0)
+		pause_event = idem_wait_event("IdemPurgePause");
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 pause_ms, pause_event);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
  * Purge what other describes, one transaction per batch, until a batch is
  * not full or the deadline passes; whether more may be left
  */
@@ -362,6 +394,7 @@ purge_in_batches(const PurgeOther *other, TimestampTz deadline, uint64 *total)
 	for (;;)
 	{
 		bool		more = false;
+		TimestampTz started = GetCurrentTimestamp();
 
 		CHECK_FOR_INTERRUPTS();
 		SetCurrentStatementStartTimestamp();
@@ -374,6 +407,7 @@ purge_in_batches(const PurgeOther *other, TimestampTz deadline, uint64 *total)
 		CommitTransactionCommand();
 		if (!more)
 			return false;
+		purge_pause(started, deadline);
 		if (GetCurrentTimestamp() >= deadline)
 			return true;
 	}
@@ -446,6 +480,8 @@ idem_purge_main(Datum main_arg)
 
 		do
 		{
+			TimestampTz started = GetCurrentTimestamp();
+
 			CHECK_FOR_INTERRUPTS();
 
 			/*
@@ -465,6 +501,8 @@ idem_purge_main(Datum main_arg)
 
 			PopActiveSnapshot();
 			CommitTransactionCommand();
+			if (more)
+				purge_pause(started, deadline);
 		} while (more && GetCurrentTimestamp() < deadline);
 
 		/* out of time with expired records left: the launcher comes back */

@@ -116,6 +116,30 @@ ok( $primary->poll_query_until('db1',
 		q{SELECT count(*) = 0 FROM idem_record WHERE key LIKE 'reload-%'}),
 	'after a reload to 1s they are purged');
 
+# idem.purge_pause paces the worker: after each batch it pauses (wait event
+# IdemPurgePause, of type Extension) in proportion to the batch's time, and
+# a reload changes that
+$primary->safe_psql('postgres', q{
+	ALTER SYSTEM SET idem.purge_batch = 100;
+	ALTER SYSTEM SET idem.purge_pause = 100;
+});
+$primary->reload;
+make_records($primary, 'db1', 'paced', 3000);
+ok( $primary->poll_query_until('db1',
+		q{SELECT count(*) > 0 FROM pg_stat_activity
+		  WHERE backend_type = 'idem purge' AND wait_event_type = 'Extension'}),
+	'with idem.purge_pause, the worker pauses between batches');
+cmp_ok($primary->safe_psql('db1', q{SELECT count(*) FROM idem_record WHERE key LIKE 'paced-%'}),
+	'>', 0, 'and has records left to purge meanwhile');
+$primary->safe_psql('postgres', q{
+	ALTER SYSTEM RESET idem.purge_batch;
+	ALTER SYSTEM RESET idem.purge_pause;
+});
+$primary->reload;
+ok( $primary->poll_query_until('db1',
+		q{SELECT count(*) = 0 FROM idem_record WHERE key LIKE 'paced-%'}),
+	'and purges them all at the default pace');
+
 # a standby: no launcher, no decisions; after promotion it purges
 $primary->safe_psql('postgres', q{ALTER SYSTEM SET idem.purge_interval = '1h'});
 $primary->reload;
