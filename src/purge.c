@@ -185,7 +185,7 @@ purge_all(void)
 			total += purge_others[i].batch(now, idem_purge_batch, &more);
 		} while (more);
 	}
-	stats_count_purge(total, start, GetCurrentTimestamp(), false);
+	stats_count_purge(total, start, GetCurrentTimestamp(), false, 0);
 	if (distributed)
 		total += purge_worker_nodes();
 	return total;

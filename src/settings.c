@@ -250,8 +250,8 @@ settings_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomRealVariable("idem.purge_pause",
-							 "How long the background worker pauses after each purge batch, as a multiple of the batch's time.",
-							 "0 runs the batches back to back; 2 leaves the worker at most a third of one core.",
+							 "How long the background purge pauses, as a multiple of its batches' time.",
+							 "0 runs the batches back to back; 2 keeps the purge busy about a third of the time.",
 							 &idem_purge_pause,
 							 2.0, 0.0, 100.0,
 							 PGC_SIGHUP,

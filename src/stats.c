@@ -56,7 +56,8 @@ typedef enum IdemCounter
 typedef struct IdemDbStats
 {
 	Oid			dbid;			/* InvalidOid: free; set under the lock */
-	pg_atomic_uint32 purge_backlog; /* the last purge visit left work */
+	pg_atomic_uint32 purge_backlog; /* the last purge visit left work: 1 +
+									 * the pause (ms) it still owed */
 	pg_atomic_uint64 counters[NUM_COUNTERS];
 } IdemDbStats;
 
@@ -170,10 +171,14 @@ stats_count_finish(IdemFinish how)
 	count(counters[how], 1);
 }
 
-/* A purge visit of this database deleted rows from start to end */
+/*
+ * A purge visit of this database deleted rows from start to end, and left
+ * work or not (backlog); owed_ms is the pause it owed when its time was up
+ * (worker.c's pacing)
+ */
 void
 stats_count_purge(uint64 rows, TimestampTz start, TimestampTz end,
-				  bool backlog)
+				  bool backlog, long owed_ms)
 {
 	count(CTR_PURGED, rows);
 	if (my_slot == NULL)
@@ -181,19 +186,24 @@ stats_count_purge(uint64 rows, TimestampTz start, TimestampTz end,
 	pg_atomic_write_u64(&my_slot->counters[CTR_LAST_PURGE], (uint64) end);
 	pg_atomic_write_u64(&my_slot->counters[CTR_LAST_PURGE_US],
 						(uint64) (end - start));
-	pg_atomic_write_u32(&my_slot->purge_backlog, backlog ? 1 : 0);
+	pg_atomic_write_u32(&my_slot->purge_backlog,
+						backlog ? 1 + (uint32) Min(Max(owed_ms, 0), INT_MAX) : 0);
 }
 
 /*
  * Whether the last purge visit of a database stopped with expired records
- * left; the launcher then visits again without waiting an interval.
+ * left; the launcher then visits again without waiting an interval, but
+ * for the pause that visit still owed (*owed_ms).
  */
 bool
-stats_purge_backlog(Oid dbid)
+stats_purge_backlog(Oid dbid, long *owed_ms)
 {
 	IdemDbStats *slot = slot_for(dbid, false);
+	uint32		backlog = slot == NULL ? 0 :
+		pg_atomic_read_u32(&slot->purge_backlog);
 
-	return slot != NULL && pg_atomic_read_u32(&slot->purge_backlog) != 0;
+	*owed_ms = backlog == 0 ? 0 : (long) (backlog - 1);
+	return backlog != 0;
 }
 
 static void

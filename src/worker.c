@@ -14,7 +14,7 @@
  * pausing after each in proportion to its time (idem.purge_pause), for at
  * most IDEM_PURGE_VISIT_MS, then exits.  A worker that had to stop with
  * expired records left says so (stats.c), and the launcher comes back
- * without waiting an interval.  A database created or dropped later is
+ * without waiting an interval, but for the pause that visit still owed.  A database created or dropped later is
  * visited or left out at the next round, and DROP DATABASE, which waits a
  * few seconds for other sessions to leave, never finds a purge in its way
  * for longer than one visit.
@@ -289,15 +289,14 @@ purge_cutoff(TimestampTz now)
 }
 
 /*
- * Sleep for idem.purge_interval, or until a reload, which may change it.
- * A straggler that ends meanwhile sets the latch too; it is no reason for
- * an early round.
+ * Sleep for ms (idem.purge_interval, or the pause a purge still owes), or
+ * until a reload, which may change it.  A straggler that ends meanwhile
+ * sets the latch too; it is no reason for an early round.
  */
 static void
-sleep_interval(void)
+sleep_interval(long ms)
 {
-	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												  idem_purge_interval);
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
 	long		remaining;
 
 	while (!ConfigReloadPending &&
@@ -327,6 +326,7 @@ idem_launcher_main(Datum main_arg)
 		List	   *databases;
 		ListCell   *lc;
 		bool		backlog = false;
+		long		owed_ms = 0;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -341,47 +341,74 @@ idem_launcher_main(Datum main_arg)
 		databases = list_databases();
 		foreach(lc, databases)
 		{
-			if (visit_database(lfirst_oid(lc)))
-				backlog |= stats_purge_backlog(lfirst_oid(lc));
+			long		owed;
+
+			if (visit_database(lfirst_oid(lc)) &&
+				stats_purge_backlog(lfirst_oid(lc), &owed))
+			{
+				backlog = true;
+				owed_ms = Max(owed_ms, owed);
+			}
 			CHECK_FOR_INTERRUPTS();
 		}
 		list_free(databases);
 		pgstat_report_activity(STATE_IDLE, NULL);
 
+		/* a backlog is purged at once, after the pause its purge owes */
 		if (!backlog)
-			sleep_interval();
+			sleep_interval(idem_purge_interval);
+		else if (owed_ms > 0)
+			sleep_interval(Min(owed_ms, (long) idem_purge_interval));
 	}
 }
 
 /*
- * Pace the purge: after a batch that began at started, pause for
- * idem.purge_pause times as long as it took, as autovacuum's cost delay
- * paces a vacuum, so that a backlog of millions of expired records is
+ * Pace the purge: after each batch, pause until the visit has paused
+ * idem.purge_pause times as long as its batches took, as autovacuum's cost
+ * delay paces a vacuum, so that a backlog of millions of expired records is
  * worked off beside the traffic instead of taking a core from it for
- * minutes.  The pause counts against the visit (it ends at the deadline),
- * shows as wait event IdemPurgePause (from 17 on; "Extension" before), and
- * a SIGTERM ends it at once.
+ * minutes.  A pause ends at the visit's deadline, so that a visit stays
+ * short (DROP DATABASE waits for it); what it still owes then is left to
+ * the launcher, which waits that long before it visits again
+ * (purge_owed_ms).  The pause shows as wait event IdemPurgePause (from 17
+ * on; "Extension" before), and a SIGTERM ends it at once.
  */
+static long purge_work_ms = 0;	/* this visit's batches */
+static long purge_paused_ms = 0;	/* this visit's pauses */
+
+static long
+purge_owed_ms(void)
+{
+	double		owed = purge_work_ms * idem_purge_pause - purge_paused_ms;
+
+	return owed <= 0 ? 0 : (long) Min(owed, (double) INT_MAX);
+}
+
 static void
 purge_pause(TimestampTz started, TimestampTz deadline)
 {
 	static uint32 pause_event = 0;
 	TimestampTz now = GetCurrentTimestamp();
-	long		pause_ms;
+	TimestampTz end;
+	TimestampTz woke;
 
-	if (idem_purge_pause <= 0 || now >= deadline)
-		return;
-	pause_ms = (long) (TimestampDifferenceMilliseconds(started, now) *
-					   idem_purge_pause);
-	pause_ms = Min(pause_ms, TimestampDifferenceMilliseconds(now, deadline));
-	if (pause_ms <= 0)
-		return;
+	purge_work_ms += TimestampDifferenceMilliseconds(started, now);
+	end = TimestampTzPlusMilliseconds(now, purge_owed_ms());
+	end = Min(end, deadline);
 	if (pause_event == 0)
 		pause_event = idem_wait_event("IdemPurgePause");
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 pause_ms, pause_event);
-	ResetLatch(MyLatch);
-	CHECK_FOR_INTERRUPTS();
+	/* a latch set for another reason (a catch-up signal) ends no pause */
+	while (now < end)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 TimestampDifferenceMilliseconds(now, end),
+						 pause_event);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		woke = GetCurrentTimestamp();
+		purge_paused_ms += TimestampDifferenceMilliseconds(now, woke);
+		now = woke;
+	}
 }
 
 /*
@@ -514,7 +541,8 @@ idem_purge_main(Datum main_arg)
 	for (int i = 0; i < (int) lengthof(purge_others) && !more; i++)
 		more = purge_in_batches(&purge_others[i], deadline, &total);
 
-	stats_count_purge(total, start, GetCurrentTimestamp(), more);
+	stats_count_purge(total, start, GetCurrentTimestamp(), more,
+					  more ? purge_owed_ms() : 0);
 	pgstat_report_stat(true);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	proc_exit(0);

@@ -633,6 +633,7 @@ scale_bench() {
 	done
 	SCALE_PURGE_S=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')
 	q "ALTER SYSTEM SET idem.purge_interval = '1h'" >/dev/null
+	q "ALTER SYSTEM RESET idem.purge_pause" >/dev/null
 	q "SELECT pg_reload_conf()" >/dev/null
 }
 scale_rows() {
@@ -767,7 +768,9 @@ BATCH_CLAIMED=$(cat "$OUT/batch.txt")
 batch_bench
 outbox_bench
 
-# purge: a million expired records, purged by the worker while claims run
+# purge: a million expired records, purged by the worker while claims run,
+# its batches back to back (idem.purge_pause 0): the purge's own speed; the
+# scale part measures it paced, at the default
 say "purge"
 BASE_TPS=$(run fresh_idem "$CLIENTS" 5)
 psql -X -q -v ON_ERROR_STOP=1 <<SQL
@@ -781,6 +784,7 @@ VACUUM ANALYZE idem_record;
 SQL
 q "SELECT idem_stats_reset()" >/dev/null
 q "ALTER SYSTEM SET idem.purge_interval = '100ms'" >/dev/null
+q "ALTER SYSTEM SET idem.purge_pause = 0" >/dev/null
 START=$(date +%s.%N)
 q "SELECT pg_reload_conf()" >/dev/null
 DURING_TPS=$(run fresh_idem "$CLIENTS" 5)
@@ -789,6 +793,7 @@ until [ "$(q "SELECT purged >= 1000000 FROM idem_stats WHERE datname = 'bench'")
 PURGE_S=$(awk -v s="$START" -v e="$(date +%s.%N)" 'BEGIN {printf "%.2f", e - s}')
 PURGE_RATE=$(awk -v s="$PURGE_S" 'BEGIN {printf "%.0f", 1000000 / s}')
 q "ALTER SYSTEM SET idem.purge_interval = '1h'" >/dev/null
+q "ALTER SYSTEM RESET idem.purge_pause" >/dev/null
 q "SELECT pg_reload_conf()" >/dev/null
 q "VACUUM ANALYZE idem_record" >/dev/null
 
@@ -860,8 +865,8 @@ B_FI=$(col "$BIG" 2); B_FH=$(col "$BIG" 3); B_RI=$(col "$BIG" 4); B_RH=$(col "$B
 	echo "| 100,000 claims in one transaction (default settings), claimed | $BATCH_CLAIMED in ${BATCH_S}s | another session's fresh tps meanwhile $BATCH_OTHER_TPS | | all claimed, no error |"
 	batch_rows
 	outbox_rows
-	echo "| purge of 1M expired records by the worker, rows/s | $PURGE_RATE (${PURGE_S}s) | | | ≥ 100000 |"
-	echo "| fresh tps during the purge | $DURING_TPS | without $BASE_TPS | $(ratio "$DURING_TPS" "$BASE_TPS") | ≥ 0.90 |"
+	echo "| purge of 1M expired records by the worker, idem.purge_pause 0, rows/s | $PURGE_RATE (${PURGE_S}s) | | | ≥ 100000 |"
+	echo "| fresh tps during the purge (unpaced) | $DURING_TPS | without $BASE_TPS | $(ratio "$DURING_TPS" "$BASE_TPS") | ≥ 0.90 |"
 	echo "| fresh at $SMALL records, tps | $S_FI | hand-written SQL $S_FH | $(ratio "$S_FI" "$S_FH") | |"
 	echo "| fresh at $BIG records, tps | $B_FI | hand-written SQL $B_FH | $(ratio "$B_FI" "$B_FH") | ≥ the ratio at $SMALL |"
 	echo "| replay at $SMALL records, tps | $S_RI | prepared SELECT $S_RH | $(ratio "$S_RI" "$S_RH") | |"

@@ -124,10 +124,12 @@ $primary->safe_psql('postgres', q{
 	ALTER SYSTEM SET idem.purge_pause = 100;
 });
 $primary->reload;
-make_records($primary, 'db1', 'paced', 3000);
+make_records($primary, 'db1', 'paced', 3050);
 ok( $primary->poll_query_until('db1',
 		q{SELECT count(*) > 0 FROM pg_stat_activity
-		  WHERE backend_type = 'idem purge' AND wait_event_type = 'Extension'}),
+		  WHERE backend_type = 'idem purge' AND wait_event_type = 'Extension'
+			AND (current_setting('server_version_num')::int < 170000
+				 OR wait_event = 'IdemPurgePause')}),
 	'with idem.purge_pause, the worker pauses between batches');
 cmp_ok($primary->safe_psql('db1', q{SELECT count(*) FROM idem_record WHERE key LIKE 'paced-%'}),
 	'>', 0, 'and has records left to purge meanwhile');
