@@ -190,6 +190,16 @@ stats_count_purge(uint64 rows, TimestampTz start, TimestampTz end,
 						backlog ? 1 + (uint32) Min(Max(owed_ms, 0), INT_MAX) : 0);
 }
 
+/* Forget what the last purge visit of a database left (worker.c) */
+void
+stats_clear_purge_backlog(Oid dbid)
+{
+	IdemDbStats *slot = slot_for(dbid, false);
+
+	if (slot != NULL)
+		pg_atomic_write_u32(&slot->purge_backlog, 0);
+}
+
 /*
  * Whether the last purge visit of a database stopped with expired records
  * left; the launcher then visits again without waiting an interval, but

@@ -11,13 +11,13 @@
  * logical-replication subscription receives idem_record (the publisher's
  * purge deletes the records there: subscription.c), and otherwise
  * purges expired records batch after batch, one transaction per batch,
- * pausing after each in proportion to its time (idem.purge_pause), for at
- * most IDEM_PURGE_VISIT_MS, then exits.  A worker that had to stop with
+ * pausing in proportion to their time (idem.purge_pause), for at most
+ * IDEM_PURGE_VISIT_MS, then exits.  A worker that had to stop with
  * expired records left says so (stats.c), and the launcher comes back
- * without waiting an interval, but for the pause that visit still owed.  A database created or dropped later is
- * visited or left out at the next round, and DROP DATABASE, which waits a
- * few seconds for other sessions to leave, never finds a purge in its way
- * for longer than one visit.
+ * without waiting an interval, but for the pause that visit still owed.  A
+ * database created or dropped later is visited or left out at the next
+ * round, and DROP DATABASE, which waits a few seconds for other sessions
+ * to leave, never finds a purge in its way for longer than one visit.
  *
  * The purge itself never waits for a row or a bucket of the fencing floor
  * (purge.c), but a worker may still have to wait for a lock of a whole
@@ -241,6 +241,12 @@ visit_database(Oid dboid)
 	if (sweep_stragglers(dboid))
 		return false;
 
+	/*
+	 * Only a visit that reports leaves a backlog: one that ends without (idem
+	 * dropped meanwhile, an error, a SIGTERM) must not leave an earlier
+	 * visit's, which would send the launcher round again at once, forever
+	 */
+	stats_clear_purge_backlog(dboid);
 	fill_worker(&bgw, "idem_purge_main", "idem purge");
 	snprintf(bgw.bgw_name, BGW_MAXLEN, "idem purge of database %u", dboid);
 	bgw.bgw_restart_time = BGW_NEVER_RESTART;
@@ -373,15 +379,23 @@ idem_launcher_main(Datum main_arg)
  * (purge_owed_ms).  The pause shows as wait event IdemPurgePause (from 17
  * on; "Extension" before), and a SIGTERM ends it at once.
  */
-static long purge_work_ms = 0;	/* this visit's batches */
-static long purge_paused_ms = 0;	/* this visit's pauses */
+static int64 purge_work_us = 0; /* this visit's batches */
+static int64 purge_paused_us = 0;	/* this visit's pauses */
 
+/* The pause this visit owes, in microseconds */
+static int64
+purge_owed_us(void)
+{
+	double		owed = purge_work_us * idem_purge_pause - purge_paused_us;
+
+	return owed <= 0 ? 0 : (int64) Min(owed, (double) INT_MAX * 1000);
+}
+
+/* The same in whole milliseconds, as the launcher's stats slot keeps it */
 static long
 purge_owed_ms(void)
 {
-	double		owed = purge_work_ms * idem_purge_pause - purge_paused_ms;
-
-	return owed <= 0 ? 0 : (long) Min(owed, (double) INT_MAX);
+	return (long) ((purge_owed_us() + 999) / 1000);
 }
 
 static void
@@ -392,9 +406,9 @@ purge_pause(TimestampTz started, TimestampTz deadline)
 	TimestampTz end;
 	TimestampTz woke;
 
-	purge_work_ms += TimestampDifferenceMilliseconds(started, now);
-	end = TimestampTzPlusMilliseconds(now, purge_owed_ms());
-	end = Min(end, deadline);
+	/* microseconds, not TimestampDifferenceMilliseconds's rounded-up ms */
+	purge_work_us += now - started;
+	end = Min(now + purge_owed_us(), deadline);
 	if (pause_event == 0)
 		pause_event = idem_wait_event("IdemPurgePause");
 	/* a latch set for another reason (a catch-up signal) ends no pause */
@@ -406,7 +420,7 @@ purge_pause(TimestampTz started, TimestampTz deadline)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		woke = GetCurrentTimestamp();
-		purge_paused_ms += TimestampDifferenceMilliseconds(now, woke);
+		purge_paused_us += woke - now;
 		now = woke;
 	}
 }

@@ -50,3 +50,53 @@ BEGIN
 	outcome := c.outcome; status := c.status; body := c.body;
 END
 $$;
+-- the design that drops the second layer (doc/performance.md): while no
+-- binding exists and idem.require_binding is off, the API function is
+-- itself the definer worker.  proto_one still reads the binding state with
+-- the record; proto_bare is the body idem_bind would swap out, which reads
+-- none (run as F beside plpg_claim and proto_claim)
+CREATE FUNCTION proto_one(p_tenant text, p_endpoint text, p_key text, p_fp bytea,
+						  OUT outcome text, OUT status int, OUT body bytea)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+	r record;
+BEGIN
+	SELECT x.state, x.fingerprint, x.status, x.body, x.expires_at,
+		   EXISTS (SELECT FROM idem_binding) OR
+		   EXISTS (SELECT FROM idem_setting s WHERE s.name = 'idem.require_binding') AS needed
+	  INTO r FROM idem_record x
+	 WHERE x.tenant = p_tenant AND x.endpoint = p_endpoint AND x.key = p_key;
+	IF r.needed THEN
+		RAISE EXCEPTION 'ticket needed';
+	END IF;
+	IF FOUND AND r.state = 'succeeded' AND r.expires_at > now() THEN
+		IF r.fingerprint IS DISTINCT FROM sha256(p_fp) THEN
+			outcome := 'mismatch';
+		ELSE
+			outcome := 'replay'; status := r.status; body := r.body;
+		END IF;
+		RETURN;
+	END IF;
+	outcome := 'other';
+END
+$$;
+CREATE FUNCTION proto_bare(p_tenant text, p_endpoint text, p_key text, p_fp bytea,
+						   OUT outcome text, OUT status int, OUT body bytea)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+	r record;
+BEGIN
+	SELECT x.state, x.fingerprint, x.status, x.body, x.expires_at
+	  INTO r FROM idem_record x
+	 WHERE x.tenant = p_tenant AND x.endpoint = p_endpoint AND x.key = p_key;
+	IF FOUND AND r.state = 'succeeded' AND r.expires_at > now() THEN
+		IF r.fingerprint IS DISTINCT FROM sha256(p_fp) THEN
+			outcome := 'mismatch';
+		ELSE
+			outcome := 'replay'; status := r.status; body := r.body;
+		END IF;
+		RETURN;
+	END IF;
+	outcome := 'other';
+END
+$$;

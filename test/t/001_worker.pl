@@ -142,6 +142,35 @@ ok( $primary->poll_query_until('db1',
 		q{SELECT count(*) = 0 FROM idem_record WHERE key LIKE 'paced-%'}),
 	'and purges them all at the default pace');
 
+# a visit that ends without reporting (here: idem dropped) leaves no earlier
+# visit's backlog behind, which sent the launcher round again at once,
+# without end (it was never idle for a second again)
+$primary->safe_psql('postgres', 'CREATE DATABASE db3');
+$primary->safe_psql('db3', 'CREATE EXTENSION idem');
+$primary->safe_psql('postgres', q{
+	ALTER SYSTEM SET idem.purge_batch = 1;
+	ALTER SYSTEM SET idem.purge_pause = 0;
+});
+$primary->reload;
+make_records($primary, 'db3', 'backlog', 20000);
+ok( $primary->poll_query_until('db3',
+		q{SELECT purged > 0 AND count(*) > 0 FROM idem_stats, idem_record
+		  WHERE datname = 'db3' GROUP BY purged}),
+	'a purge of db3 leaves a backlog');
+$primary->safe_psql('db3', 'DROP EXTENSION idem');
+$primary->safe_psql('postgres', q{
+	ALTER SYSTEM RESET idem.purge_batch;
+	ALTER SYSTEM RESET idem.purge_pause;
+	ALTER SYSTEM SET idem.purge_interval = '1h';
+});
+$primary->reload;
+ok( $primary->poll_query_until('postgres',
+		q{SELECT state = 'idle' AND state_change < now() - interval '1 s'
+		  FROM pg_stat_activity WHERE backend_type = 'idem purge launcher'}),
+	'once idem is dropped there, the launcher sleeps its interval');
+$primary->safe_psql('postgres', q{ALTER SYSTEM SET idem.purge_interval = '1s'});
+$primary->reload;
+
 # a standby: no launcher, no decisions; after promotion it purges
 $primary->safe_psql('postgres', q{ALTER SYSTEM SET idem.purge_interval = '1h'});
 $primary->reload;
