@@ -183,7 +183,10 @@ find_binding_relation(void)
  * calls the extension's function after every INSERT, UPDATE, DELETE and
  * TRUNCATE statement, with no condition, and is enabled ALWAYS.  Opening
  * the table processes pending invalidations, which may reset binding_relid:
- * the caller then looks again.
+ * the caller then looks again.  The catalog look-ups below may process an
+ * invalidation of the table too (an idem_bind or idem_unbind committing
+ * meanwhile), and a rebuild of its relcache entry frees the trigger
+ * descriptor: so the loop reads a copy, as the executor does.
  */
 static bool
 binding_trigger_fires_always(Oid relid)
@@ -194,7 +197,7 @@ binding_trigger_fires_always(Oid relid)
 
 	if (rel == NULL)
 		return false;
-	trigdesc = rel->trigdesc;
+	trigdesc = CopyTriggerDesc(rel->trigdesc);
 	for (int i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
 	{
 		Trigger    *trigger = &trigdesc->triggers[i];
@@ -210,6 +213,8 @@ binding_trigger_fires_always(Oid relid)
 			getExtensionOfObject(ProcedureRelationId, trigger->tgfoid) ==
 			get_extension_oid("idem", true);
 	}
+	if (trigdesc != NULL)
+		FreeTriggerDesc(trigdesc);
 	table_close(rel, AccessShareLock);
 	return always;
 }
