@@ -127,11 +127,14 @@ my $loop = fork();
 die "fork: $!" unless defined $loop;
 if ($loop == 0)
 {
-	# the child never runs the test's END blocks, which stop the node
+	# the child never runs the test's END blocks, which stop the node; it
+	# ends when the parent does, even if the parent died before it wrote
+	# the stop file (prove would wait for the child forever)
+	my $parent = getppid();
 	$SIG{__DIE__} = sub { print STDERR @_; POSIX::_exit(2); };
 	open(my $fh, '>>', $log) or POSIX::_exit(1);
 	$fh->autoflush(1);
-	for (my $i = 1; !-e $stop; $i++)
+	for (my $i = 1; !-e $stop && getppid() == $parent; $i++)
 	{
 		my ($out, $err) = ('', '');
 		IPC::Run::run([ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-v', "k=k$i",
