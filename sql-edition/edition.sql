@@ -1442,7 +1442,14 @@ $$;
 
 /*
  * Claim a key for the role whose ticket this is (idem_sql_ticket()): the
- * entry of idem_claim
+ * entry of idem_claim.  A replay where nothing binds is answered here, by
+ * one read: no ticket (so no binding, no idem.require_binding: the read
+ * checks again), a name that needs no check, no wait_timeout, a primary
+ * that writes idem_record itself, no log line to write (neither
+ * idem.log_outcomes nor idem.require_binding set anywhere), and a record
+ * that idem_sql_decide_claim would replay: the same answer, without the
+ * calls of the full claim (idem_sql_claim_as), which answers everything
+ * else.
  */
 CREATE FUNCTION idem_sql_claim(ticket bigint, tenant text, endpoint text,
 							   key text, digest bytea, wait boolean,
@@ -1458,9 +1465,38 @@ SET search_path = pg_catalog, @extschema@, pg_temp
 SET enable_seqscan = off
 SET jit = off
 AS $$
+#variable_conflict use_column
 DECLARE
 	c			record;
 BEGIN
+	IF ticket IS NULL AND wait IS NOT NULL AND wait_timeout IS NULL AND
+	   NOT coalesce(tenant = '' OR octet_length(tenant) > 255 OR
+					endpoint = '' OR octet_length(endpoint) > 255 OR
+					key = '' OR octet_length(key) > 255, true) AND
+	   coalesce(current_setting('idem.log_outcomes', true), '') = '' AND
+	   coalesce(current_setting('idem.require_binding', true), '') = '' AND
+	   NOT pg_is_in_recovery() AND
+	   NOT current_setting('transaction_read_only')::boolean THEN
+		SELECT x.state, x.retryable, x.fingerprint, x.status, x.body,
+			   x.headers, x.attempt, x.created_at, x.expires_at,
+			   x.expires_at > clock_timestamp() AS live,
+			   EXISTS (SELECT FROM idem_binding) OR
+			   EXISTS (SELECT FROM idem_setting s
+						WHERE s.name IN ('idem.require_binding', 'idem.log_outcomes')) OR
+			   EXISTS (SELECT FROM pg_subscription_rel sr
+						WHERE sr.srrelid = 'idem_record'::regclass) AS full
+		  INTO c FROM idem_record x
+		 WHERE x.tenant = idem_sql_claim.tenant AND x.endpoint = idem_sql_claim.endpoint
+		   AND x.key = idem_sql_claim.key;
+		IF FOUND AND NOT c.full AND c.live AND
+		   (c.state = 'succeeded' OR (c.state = 'failed' AND NOT c.retryable)) AND
+		   NOT (c.fingerprint <> digest) IS TRUE THEN
+			outcome := 'replay'; status := c.status; body := c.body;
+			headers := c.headers; attempt := c.attempt;
+			created_at := c.created_at; expires_at := c.expires_at;
+			RETURN;
+		END IF;
+	END IF;
 	c := idem_sql_claim_as(idem_sql_as_caller(ticket), tenant, endpoint, key, digest,
 						   wait, lease, retention, wait_timeout, false);
 	outcome := c.outcome; status := c.status; body := c.body;
