@@ -929,13 +929,21 @@ RETURNS integer
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT 64 $$;
 
-/* The advisory lock that a claim of the key holds until its transaction ends */
+/*
+ * The advisory lock that a claim of the key holds until its transaction
+ * ends.  PL/pgSQL, whose plan lives for the session: a SQL function that
+ * reads a table is planned at every call.
+ */
 CREATE FUNCTION idem_sql_claim_lock_id(tenant text, endpoint text, key text)
 RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-	SELECT hashtextextended(tenant || chr(1) || endpoint || chr(1) || key, s.lock_salt)
-	  FROM idem_sql_secret s
+DECLARE
+	salt		bigint;
+BEGIN
+	SELECT s.lock_salt INTO salt FROM idem_sql_secret s;
+	RETURN hashtextextended(tenant || chr(1) || endpoint || chr(1) || key, salt);
+END
 $$;
 
 /*
@@ -1442,14 +1450,22 @@ $$;
 
 /*
  * Claim a key for the role whose ticket this is (idem_sql_ticket()): the
- * entry of idem_claim.  A replay where nothing binds is answered here, by
- * one read: no ticket (so no binding, no idem.require_binding: the read
- * checks again), a name that needs no check, no wait_timeout, a primary
- * that writes idem_record itself, no log line to write (neither
- * idem.log_outcomes nor idem.require_binding set anywhere), and a record
- * that idem_sql_decide_claim would replay: the same answer, without the
- * calls of the full claim (idem_sql_claim_as), which answers everything
- * else.
+ * entry of idem_claim.  idem_claim hands it ticket 0 first (no ticket, and
+ * a question): one read of the record, with whether a binding may decide
+ * (a binding, or idem.require_binding in idem_setting or in the session:
+ * then the answer has no outcome, and idem_claim calls again with a ticket
+ * of its caller) and whether the call must go the whole way (a setting
+ * row of idem.log_outcomes, a subscription of idem_record).  Where nothing
+ * binds, a replay is answered from that read: a name that needs no check,
+ * no wait_timeout, no log line to write, a writable primary and a record
+ * that idem_sql_decide_claim would replay; every other call goes through
+ * idem_sql_claim_as, without a ticket as a NULL one (which refuses once a
+ * binding exists).  The read decides what a call of idem_sql_caller and
+ * the replay's calls decided, in one statement: the calls of a replay
+ * cost more than its look-up (doc/performance.md).  The small tables are
+ * read whole, by conditions that no index serves: under enable_seqscan =
+ * off each would be an index scan, and each index scan's start allocates
+ * some 20 kB (btbeginscan), which costs more than reading a few rows.
  */
 CREATE FUNCTION idem_sql_claim(ticket bigint, tenant text, endpoint text,
 							   key text, digest bytea, wait boolean,
@@ -1469,33 +1485,45 @@ AS $$
 DECLARE
 	c			record;
 BEGIN
-	IF ticket IS NULL AND wait IS NOT NULL AND wait_timeout IS NULL AND
-	   NOT coalesce(tenant = '' OR octet_length(tenant) > 255 OR
-					endpoint = '' OR octet_length(endpoint) > 255 OR
-					key = '' OR octet_length(key) > 255, true) AND
-	   coalesce(current_setting('idem.log_outcomes', true), '') = '' AND
-	   coalesce(current_setting('idem.require_binding', true), '') = '' AND
-	   NOT pg_is_in_recovery() AND
-	   NOT current_setting('transaction_read_only')::boolean THEN
+	IF ticket = 0 THEN
+		IF lower(coalesce(current_setting('idem.require_binding', true), ''))
+		   NOT IN ('', 'off', 'of', 'false', 'f', 'no', 'n', '0') THEN
+			RETURN;
+		END IF;
 		SELECT x.state, x.retryable, x.fingerprint, x.status, x.body,
 			   x.headers, x.attempt, x.created_at, x.expires_at,
-			   x.expires_at > clock_timestamp() AS live,
-			   EXISTS (SELECT FROM idem_binding) OR
-			   EXISTS (SELECT FROM idem_setting s
-						WHERE s.name IN ('idem.require_binding', 'idem.log_outcomes')) OR
-			   EXISTS (SELECT FROM pg_subscription_rel sr
-						WHERE sr.srrelid = 'idem_record'::regclass) AS full
-		  INTO c FROM idem_record x
-		 WHERE x.tenant = idem_sql_claim.tenant AND x.endpoint = idem_sql_claim.endpoint
+			   x.expires_at > clock_timestamp() AS live, f.ticketed, f.full
+		  INTO c
+		  FROM (SELECT EXISTS (SELECT FROM idem_binding b WHERE b.tenant IS NOT NULL) OR
+					   coalesce(s.require, false) AS ticketed,
+					   coalesce(s.log, false) OR
+					   coalesce((SELECT bool_or(sr.srrelid = 'idem_record'::regclass AND
+												sr.srsubstate IS NOT NULL)
+								   FROM pg_subscription_rel sr), false) AS full
+				  FROM (SELECT bool_or(s.name = 'idem.require_binding' AND s.value IS NOT NULL) AS require,
+							   bool_or(s.name = 'idem.log_outcomes' AND s.value IS NOT NULL) AS log
+						  FROM idem_setting s) s) f
+		  LEFT JOIN idem_record x
+			ON x.tenant = idem_sql_claim.tenant AND x.endpoint = idem_sql_claim.endpoint
 		   AND x.key = idem_sql_claim.key;
-		IF FOUND AND NOT c.full AND c.live AND
+		IF c.ticketed THEN
+			RETURN;
+		END IF;
+		IF NOT c.full AND c.live AND wait IS NOT NULL AND wait_timeout IS NULL AND
 		   (c.state = 'succeeded' OR (c.state = 'failed' AND NOT c.retryable)) AND
-		   NOT (c.fingerprint <> digest) IS TRUE THEN
+		   NOT (c.fingerprint <> digest) IS TRUE AND
+		   NOT coalesce(tenant = '' OR octet_length(tenant) > 255 OR
+						endpoint = '' OR octet_length(endpoint) > 255 OR
+						key = '' OR octet_length(key) > 255, true) AND
+		   coalesce(current_setting('idem.log_outcomes', true), '') = '' AND
+		   NOT pg_is_in_recovery() AND
+		   NOT current_setting('transaction_read_only')::boolean THEN
 			outcome := 'replay'; status := c.status; body := c.body;
 			headers := c.headers; attempt := c.attempt;
 			created_at := c.created_at; expires_at := c.expires_at;
 			RETURN;
 		END IF;
+		ticket := NULL;
 	END IF;
 	c := idem_sql_claim_as(idem_sql_as_caller(ticket), tenant, endpoint, key, digest,
 						   wait, lease, retention, wait_timeout, false);
@@ -2758,11 +2786,19 @@ END
 --@ body idem_claim(text, text, text, bytea, boolean, interval, interval, interval) | idem_claim(text, text, text, text, boolean, interval, interval, interval) | idem_claim(text, text, text, jsonb, boolean, interval, interval, interval) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 DECLARE
 	c			record;
+	digest		bytea := idem_sql_digest(fingerprint);
 BEGIN
-	/* an assignment, not a SELECT … FROM, which would build a tuplestore */
-	c := idem_sql_claim(idem_sql_caller(), tenant, endpoint, key,
-						idem_sql_digest(fingerprint), wait, lease, retention,
-						wait_timeout);
+	/*
+	 * An assignment, not a SELECT … FROM, which would build a tuplestore;
+	 * with no ticket first, and again with one if a binding may decide
+	 * (idem_sql_claim)
+	 */
+	c := idem_sql_claim(0, tenant, endpoint, key, digest, wait, lease,
+						retention, wait_timeout);
+	IF c.outcome IS NULL THEN
+		c := idem_sql_claim(idem_sql_ticket(), tenant, endpoint, key, digest,
+							wait, lease, retention, wait_timeout);
+	END IF;
 	outcome := c.outcome; status := c.status; body := c.body;
 	headers := c.headers; attempt := c.attempt; created_at := c.created_at;
 	expires_at := c.expires_at;

@@ -337,6 +337,13 @@ for my $case (
 	like($err, qr/ERROR:  42501: permission denied: idem call without a ticket of its caller/,
 		"$case->[2] without a ticket while a binding exists: 42501");
 }
+# ticket 0, idem_claim's first call, only asks for a ticket then
+($ret, $out, $err) = as('acme_role', q{
+	SELECT outcome IS NULL AND body IS NULL
+	  FROM idem_sql_claim(0, 'globex', 'e', 'b4', NULL, false, NULL, NULL, NULL)});
+is($out, 't', 'a claim\'s worker handed ticket 0 while a binding exists answers nothing');
+is($node->safe_psql('appdb', q{SELECT count(*) FROM idem_record WHERE key = 'b4'}), '0',
+	'and claims nothing');
 ($ret, $out, $err) = as('acme_role', q{
 	SELECT idem_sql_finish_message(idem_sql_ticket(), NULL, 1, NULL, NULL, NULL, NULL, NULL)});
 like($err, qr/ERROR:  22023: invalid finish of an idem message/,
