@@ -866,6 +866,28 @@ END
 $$;
 
 /*
+ * Whether a claim's times pass their checks (idem_sql_claim_times) without
+ * being computed: no lease or retention given, and idem.lease,
+ * idem.retention, idem.retry_window and the caps' session values unset or
+ * at their defaults as the C edition shows them (a server may load its
+ * library).  The caps' rows of idem_setting are the caller's to look at.  Simple expressions only:
+ * run without the executor.
+ */
+CREATE FUNCTION idem_sql_default_times(lease interval, retention interval)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+	RETURN lease IS NULL AND retention IS NULL AND
+		coalesce(nullif(current_setting('idem.lease', true), ''), '5min') = '5min' AND
+		coalesce(nullif(current_setting('idem.retention', true), ''), '1d') = '1d' AND
+		coalesce(nullif(current_setting('idem.retry_window', true), ''), '1h') = '1h' AND
+		coalesce(nullif(current_setting('idem.max_lease', true), ''), '0') = '0' AND
+		coalesce(nullif(current_setting('idem.max_retention', true), ''), '0') = '0';
+END
+$$;
+
+/*
  * The lease's end and the expiry of a claim made at now (the C edition's
  * claim_times): errors for a bad lease or retention, for one over the caps
  * of idem_setting, and while idem.retry_window is not shorter than
@@ -1152,6 +1174,17 @@ BEGIN
 	END IF;
 	PERFORM idem_sql_check_tenant(role, tenant);
 	PERFORM idem_sql_require_primary('idem_claim()');
+	/*
+	 * The intervals and the retention rule are checked before anything is
+	 * looked at, as src/protocol.c's claim checks them: a replay refuses
+	 * the arguments a claim would refuse.  The times are taken again where
+	 * the claim writes; here they are not computed where they cannot fail.
+	 */
+	IF NOT (idem_sql_default_times(lease, retention) AND
+			idem_sql_setting('idem.max_lease', NULL) IS NULL AND
+			idem_sql_setting('idem.max_retention', NULL) IS NULL) THEN
+		PERFORM idem_sql_claim_times(now, lease, retention);
+	END IF;
 	IF wait_timeout IS NOT NULL THEN
 		PERFORM idem_sql_time_plus(now, wait_timeout, 'wait_timeout');
 		IF wait_timeout < '0' THEN
@@ -1162,11 +1195,6 @@ BEGIN
 		deadline := now + wait_timeout;
 	END IF;
 	LOOP
-		/*
-		 * The claim's times are computed (and its lease and retention
-		 * checked) only where it writes, below, as in the C edition: a
-		 * replay reads none of the settings they need
-		 */
 		now := clock_timestamp();
 		SELECT * INTO snap FROM idem_record x
 		 WHERE x.tenant = idem_sql_decide_claim.tenant AND x.endpoint = idem_sql_decide_claim.endpoint
@@ -1455,12 +1483,15 @@ $$;
  * (a binding, or idem.require_binding in idem_setting or in the session:
  * then the answer has no outcome, and idem_claim calls again with a ticket
  * of its caller) and whether the call must go the whole way (a setting
- * row of idem.log_outcomes, a subscription of idem_record).  Where nothing
- * binds, a replay is answered from that read: a name that needs no check,
- * no wait_timeout, no log line to write, a writable primary and a record
- * that idem_sql_decide_claim would replay; every other call goes through
- * idem_sql_claim_as, without a ticket as a NULL one (which refuses once a
- * binding exists).  The read decides what a call of idem_sql_caller and
+ * row of idem.log_outcomes, idem.max_lease or idem.max_retention, a
+ * subscription of idem_record).  Where nothing binds, a replay is answered
+ * from that read: a name that needs no check, no wait_timeout, no lease or
+ * retention and the settings at their defaults (idem_sql_default_times)
+ * and no caps (so the checks of the claim's times, which every
+ * claim makes first, pass), no log line to write, a writable primary and a
+ * record that idem_sql_decide_claim would replay; every other call goes
+ * through idem_sql_claim_as, without a ticket as a NULL one (which refuses
+ * once a binding exists).  The read decides what a call of idem_sql_caller and
  * the replay's calls decided, in one statement: the calls of a replay
  * cost more than its look-up (doc/performance.md).  The small tables are
  * read whole, by conditions that no index serves: under enable_seqscan =
@@ -1496,12 +1527,14 @@ BEGIN
 		  INTO c
 		  FROM (SELECT EXISTS (SELECT FROM idem_binding b WHERE b.tenant IS NOT NULL) OR
 					   coalesce(s.require, false) AS ticketed,
-					   coalesce(s.log, false) OR
+					   coalesce(s.other, false) OR
 					   coalesce((SELECT bool_or(sr.srrelid = 'idem_record'::regclass AND
 												sr.srsubstate IS NOT NULL)
 								   FROM pg_subscription_rel sr), false) AS full
 				  FROM (SELECT bool_or(s.name = 'idem.require_binding' AND s.value IS NOT NULL) AS require,
-							   bool_or(s.name = 'idem.log_outcomes' AND s.value IS NOT NULL) AS log
+							   bool_or(s.name IN ('idem.log_outcomes', 'idem.max_lease',
+												  'idem.max_retention') AND
+									   s.value IS NOT NULL) AS other
 						  FROM idem_setting s) s) f
 		  LEFT JOIN idem_record x
 			ON x.tenant = idem_sql_claim.tenant AND x.endpoint = idem_sql_claim.endpoint
@@ -1510,6 +1543,7 @@ BEGIN
 			RETURN;
 		END IF;
 		IF NOT c.full AND c.live AND wait IS NOT NULL AND wait_timeout IS NULL AND
+		   idem_sql_default_times(lease, retention) AND
 		   (c.state = 'succeeded' OR (c.state = 'failed' AND NOT c.retryable)) AND
 		   NOT (c.fingerprint <> digest) IS TRUE AND
 		   NOT coalesce(tenant = '' OR octet_length(tenant) > 255 OR

@@ -87,6 +87,17 @@ SELECT pg_temp.err($$SELECT idem_fail('t', 'e', 'fenced', 500, 'b', retryable =>
 -- none of those left a record behind
 SELECT count(*) FROM idem_record WHERE key = 'w';
 
+-- a claim's lease, retention and the retention rule are checked before the
+-- key is looked at: the claim of a finished key is refused too, not replayed
+SELECT outcome FROM idem_claim('t', 'e', 'checked-first');
+SELECT idem_complete('t', 'e', 'checked-first', 200, 'b');
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'checked-first', lease => '-1 min')$$);
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'checked-first', retention => '1 min')$$);
+SET idem.retry_window = '48h';
+SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'checked-first')$$);
+RESET idem.retry_window;
+SELECT outcome, status FROM idem_claim('t', 'e', 'checked-first');
+
 -- the caller's transaction is left exactly as PostgreSQL's own errors
 -- leave it: aborted until rolled back, and the claim before it gone
 BEGIN;
