@@ -1549,7 +1549,7 @@ BEGIN
 		   NOT coalesce(tenant = '' OR octet_length(tenant) > 255 OR
 						endpoint = '' OR octet_length(endpoint) > 255 OR
 						key = '' OR octet_length(key) > 255, true) AND
-		   coalesce(current_setting('idem.log_outcomes', true), '') = '' AND
+		   coalesce(nullif(current_setting('idem.log_outcomes', true), ''), 'off') = 'off' AND
 		   NOT pg_is_in_recovery() AND
 		   NOT current_setting('transaction_read_only')::boolean THEN
 			outcome := 'replay'; status := c.status; body := c.body;

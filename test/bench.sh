@@ -26,7 +26,7 @@
 # IDEM_BENCH_BIG records loaded through the batch calls, and the worker's
 # purge of IDEM_BENCH_BIG expired records beside traffic in another
 # database, with autovacuum on (at idem.purge_pause's default, or at
-# IDEM_BENCH_PURGE_PAUSE).
+# IDEM_BENCH_PURGE_PAUSE; IDEM_BENCH_SCALE_PURGE=no leaves the purge out).
 # The outbox part needs pgmq's source, ../shared/vendor/pgmq-1.5.1.tar.gz
 # or the file IDEM_BENCH_PGMQ names.
 set -euo pipefail
@@ -586,8 +586,19 @@ SQL
 		from=$((to + 1))
 	done
 }
+# whether autovacuum has nothing due on idem_record of database $1: no
+# vacuum of it running, and its dead and inserted rows under autovacuum's
+# thresholds (the defaults, which the bench's server keeps)
+settled() {
+	PGDATABASE=$1 q "SELECT coalesce(bool_and(c.reltuples >= 0 AND
+			s.n_dead_tup <= 50 + 0.2 * c.reltuples AND
+			s.n_ins_since_vacuum <= 1000 + 0.2 * c.reltuples AND
+			NOT EXISTS (SELECT FROM pg_stat_progress_vacuum v WHERE v.relid = c.oid)), false)
+		  FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+		 WHERE s.relname = 'idem_record'"
+}
 scale_bench() {
-	local r fs fb rs rb start n before
+	local r fs fb rs rb hs hb start n before
 	q "ALTER SYSTEM SET autovacuum = on" >/dev/null
 	q "SELECT pg_reload_conf()" >/dev/null
 	createdb bench_big
@@ -597,25 +608,48 @@ scale_bench() {
 	start=$(date +%s.%N)
 	idem_load bench_big 1 "$BIG" '5 minutes' '24 hours'
 	SCALE_LOAD_S=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.0f", e - s}')
+	# the floor at both sizes: a prepared SELECT of the same rows by hand,
+	# which tells the memory hierarchy's share from idem's
+	PGDATABASE=bench_big q "CREATE TABLE hand_record (LIKE idem_record INCLUDING ALL) WITH (fillfactor = 70)"
+	fill hand_record $SMALL
+	PGDATABASE=bench_big fill hand_record $BIG
+	# the tables at rest, as a production table is between its autovacuums:
+	# the load leaves the vacuum that its inserts and updates are due, and
+	# that vacuum would take one of the two cores in the middle of a round
+	say "scale: waiting for autovacuum to finish what the load left it"
+	start=$(date +%s.%N)
+	until [ "$(settled bench)" = t ] && [ "$(settled bench_big)" = t ]; do
+		if [ "$(awk -v s="$start" -v e="$(date +%s)" 'BEGIN {print e - s > 3600}')" = 1 ]; then
+			say "scale: autovacuum is not done after an hour; measuring beside it"
+			break
+		fi
+		sleep 5
+	done
+	SCALE_SETTLE_S=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.0f", e - s}')
 	say "scale: $ROUNDS rounds of ${SECONDS_PER_RUN}s each, $SMALL against $BIG records"
 	: >"$OUT/scale_rounds.txt"
 	for r in $(seq "$ROUNDS"); do
 		if [ $((r % 2)) -eq 1 ]; then
 			NREC=$SMALL fs=$(run fresh_idem); NREC=$BIG fb=$(PGDATABASE=bench_big run fresh_idem)
 			NREC=$SMALL rs=$(run replay_idem); NREC=$BIG rb=$(PGDATABASE=bench_big run replay_idem)
+			NREC=$SMALL hs=$(run replay_hand); NREC=$BIG hb=$(PGDATABASE=bench_big run replay_hand)
 		else
+			NREC=$BIG hb=$(PGDATABASE=bench_big run replay_hand); NREC=$SMALL hs=$(run replay_hand)
 			NREC=$BIG rb=$(PGDATABASE=bench_big run replay_idem); NREC=$SMALL rs=$(run replay_idem)
 			NREC=$BIG fb=$(PGDATABASE=bench_big run fresh_idem); NREC=$SMALL fs=$(run fresh_idem)
 		fi
-		echo "$fs $fb $rs $rb" | tee -a "$OUT/scale_rounds.txt"
+		echo "$fs $fb $rs $rb $hs $hb" | tee -a "$OUT/scale_rounds.txt"
 	done
 
+	: >"$OUT/scale_purge.txt"
+	case ${IDEM_BENCH_SCALE_PURGE:-yes} in
+	no) return ;;
+	esac
 	say "scale: $BIG expired records in bench_big, purged while bench claims"
 	# a record outlives its lease: each batch is finished within 10 s of
 	# its claims, and all have expired 20 s after the last
 	idem_load bench_big $((BIG + 1)) $((2 * BIG)) '10 seconds' '20 seconds'
 	sleep 21
-	: >"$OUT/scale_purge.txt"
 	for r in 1 2 3; do
 		echo "before $(run fresh_idem "$CLIENTS" 5)" | tee -a "$OUT/scale_purge.txt"
 	done
@@ -637,20 +671,25 @@ scale_bench() {
 	q "SELECT pg_reload_conf()" >/dev/null
 }
 scale_rows() {
-	local fs fb rs rb before during
+	local fs fb rs rb hs hb before during
 	fs=$(awk '{print $1}' "$OUT/scale_rounds.txt" | median)
 	fb=$(awk '{print $2}' "$OUT/scale_rounds.txt" | median)
 	rs=$(awk '{print $3}' "$OUT/scale_rounds.txt" | median)
 	rb=$(awk '{print $4}' "$OUT/scale_rounds.txt" | median)
+	hs=$(awk '{print $5}' "$OUT/scale_rounds.txt" | median)
+	hb=$(awk '{print $6}' "$OUT/scale_rounds.txt" | median)
 	before=$(awk '$1 == "before" {print $2}' "$OUT/scale_purge.txt" | median)
 	during=$(awk '$1 == "during" {print $2}' "$OUT/scale_purge.txt" | median)
 	echo "| fresh: claim + complete at $BIG records, $CLIENTS clients, autovacuum on, tps (median of $ROUNDS) | $fb | at $SMALL records $fs | $(ratio "$fb" "$fs") | ≥ 0.9 |"
 	echo "| replay at $BIG records, tps (median of $ROUNDS) | $rb | at $SMALL records $rs | $(ratio "$rb" "$rs") | ≥ 0.9 |"
+	echo "| the floor: prepared SELECT of hand_record at $BIG records, tps (median of $ROUNDS) | $hb | at $SMALL records $hs | $(ratio "$hb" "$hs") | |"
+	echo "| replay against that SELECT at $BIG records | $rb | $hb | $(ratio "$rb" "$hb") | |"
+	[ -s "$OUT/scale_purge.txt" ] || return 0
 	echo "| purge of $BIG expired records by the worker (database bench_big, idem.purge_pause $SCALE_PAUSE), rows/s | $(awk -v n="$BIG" -v s="$SCALE_PURGE_S" 'BEGIN {printf "%.0f", n / s}') (${SCALE_PURGE_S}s) | | | within minutes |"
 	echo "| fresh in database bench meanwhile, $CLIENTS clients, tps (median of the 5-second runs) | $during | before the purge $before | $(ratio "$during" "$before") | ≥ 0.8 |"
 }
 scale_rounds() {
-	echo "loading $BIG records through the batch calls: ${SCALE_LOAD_S}s; per-round tps (fresh at $SMALL, at $BIG, replay at $SMALL, at $BIG): $(tr '\n' ';' <"$OUT/scale_rounds.txt") runs around the purge: $(tr '\n' ';' <"$OUT/scale_purge.txt")"
+	echo "loading $BIG records through the batch calls: ${SCALE_LOAD_S}s; autovacuum done with them after ${SCALE_SETTLE_S}s more; per-round tps (fresh at $SMALL, at $BIG, replay at $SMALL, at $BIG, hand SELECT at $SMALL, at $BIG): $(tr '\n' ';' <"$OUT/scale_rounds.txt") runs around the purge: $(tr '\n' ';' <"$OUT/scale_purge.txt")"
 }
 
 # IDEM_BENCH_ONLY=sql (issue 32): the SQL edition's fresh claim+complete
