@@ -211,8 +211,11 @@ $$;
  * between the API function's look and the worker's fails that one call,
  * never opens it (under REPEATABLE READ a binding holds from the
  * transaction's end, ticket or none: README's table of differences).
- * PUBLIC may read this view: it tells whether any binding exists, not
- * which.
+ * The claims and finishes hand their worker ticket 0 instead, and the
+ * worker's own look (idem_sql_state) decides: a binding committed after
+ * it holds from the next call on, as for a call that began
+ * before the binding.  PUBLIC may read this view: it tells whether any
+ * binding exists, not which.
  */
 CREATE VIEW idem_sql_tickets AS
 	SELECT EXISTS (SELECT FROM idem_binding) OR
@@ -224,6 +227,44 @@ COMMENT ON VIEW idem_sql_tickets IS
 
 REVOKE ALL ON idem_sql_tickets FROM PUBLIC;
 GRANT SELECT ON idem_sql_tickets TO PUBLIC;
+
+/*
+ * What a worker handed ticket 0 (no ticket, and a question) must know
+ * before it may answer without idem_sql_claim_as or idem_sql_finish_as,
+ * in one read of the small tables:
+ *   ticketed: a binding may decide (a binding, or idem.require_binding
+ *     in idem_setting or SET in the session, where a superuser's session
+ *     may tighten it): the worker answers nothing, and the API function
+ *     calls it again with a ticket of its caller;
+ *   subscribed: a subscription of idem_record, whose decisions belong to
+ *     the publisher (idem_sql_require_primary refuses them);
+ *   settings: a row of idem.log_outcomes, idem.max_lease or
+ *     idem.max_retention, which a claim must read.
+ * A view, which the reading statement takes in (the columns it does not
+ * read are not computed).  The tables are read whole, by conditions that
+ * no index serves: under the workers' enable_seqscan = off each would be
+ * an index scan, and each index scan's start allocates some 20 kB
+ * (btbeginscan), which costs more than reading a few rows.
+ */
+CREATE VIEW idem_sql_state AS
+	SELECT EXISTS (SELECT FROM idem_binding b WHERE b.tenant IS NOT NULL) OR
+		   coalesce(s.require, false) OR
+		   lower(coalesce(current_setting('idem.require_binding', true), ''))
+		   NOT IN ('', 'off', 'of', 'false', 'f', 'no', 'n', '0') AS ticketed,
+		   coalesce((SELECT bool_or(sr.srrelid = 'idem_record'::regclass AND
+									sr.srsubstate IS NOT NULL)
+					   FROM pg_subscription_rel sr), false) AS subscribed,
+		   coalesce(s.other, false) AS settings
+	  FROM (SELECT bool_or(s.name = 'idem.require_binding' AND s.value IS NOT NULL) AS require,
+				   bool_or(s.name IN ('idem.log_outcomes', 'idem.max_lease',
+									  'idem.max_retention') AND
+						   s.value IS NOT NULL) AS other
+			  FROM idem_setting s) s;
+
+COMMENT ON VIEW idem_sql_state IS
+	'what the SQL edition''s workers read before they answer a call without a ticket: whether a binding may decide, a subscription feeds idem_record or a setting row a claim reads exists';
+
+REVOKE ALL ON idem_sql_state FROM PUBLIC;
 
 /*
  * The ticket of a call that a binding concerns: a ticket of the current
@@ -888,14 +929,33 @@ END
 $$;
 
 /*
+ * The lease's end and the expiry of a claim made at now where
+ * idem_sql_default_times holds: idem.lease's and idem.retention's
+ * defaults, which it compares the settings with (the retention rule and
+ * the caps then hold).  SQL, inlined into the caller's expression (STABLE,
+ * as timestamptz arithmetic is: an IMMUTABLE one would not be).
+ */
+CREATE FUNCTION idem_sql_default_lease_end(now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$ SELECT now + interval '5 min' $$;
+
+CREATE FUNCTION idem_sql_default_expiry(now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$ SELECT now + interval '24 hours' $$;
+
+/*
  * The lease's end and the expiry of a claim made at now (the C edition's
  * claim_times): errors for a bad lease or retention, for one over the caps
  * of idem_setting, and while idem.retry_window is not shorter than
  * idem.retention (the C edition refuses the SET that would break that
- * rule; a setting any role may SET is only seen here).
+ * rule; a setting any role may SET is only seen here).  capped false: the
+ * caller saw that no cap is set (idem_sql_default_times, and no cap row in
+ * idem_setting), which is then not read again.
  */
 CREATE FUNCTION idem_sql_claim_times(now timestamptz, lease interval,
-									 retention interval,
+									 retention interval, capped boolean,
 									 OUT lease_expires_at timestamptz,
 									 OUT expires_at timestamptz)
 LANGUAGE plpgsql STABLE
@@ -904,9 +964,13 @@ DECLARE
 	s_retry_window interval := idem_sql_time(idem_sql_guc('idem.retry_window', '1h'), 's');
 	s_keep		interval := idem_sql_time(idem_sql_guc('idem.retention', '24h'), 's');
 	s_lease		interval := idem_sql_time(idem_sql_guc('idem.lease', '5min'), 'ms');
-	s_max_keep	interval := idem_sql_cap('idem.max_retention', 's');
-	s_max_lease	interval := idem_sql_cap('idem.max_lease', 'ms');
+	s_max_keep	interval := '0';
+	s_max_lease	interval := '0';
 BEGIN
+	IF capped THEN
+		s_max_keep := idem_sql_cap('idem.max_retention', 's');
+		s_max_lease := idem_sql_cap('idem.max_lease', 'ms');
+	END IF;
 	IF s_retry_window >= s_keep THEN
 		RAISE EXCEPTION 'idem.retention (%s) must be longer than idem.retry_window (%s)',
 			extract(epoch FROM s_keep)::bigint, extract(epoch FROM s_retry_window)::bigint
@@ -1149,12 +1213,12 @@ DECLARE
 	seen		boolean;
 	last		boolean := false;
 	waited		xid;
-	inserting	timestamptz;
 	have_snap	boolean;
 	own			boolean;
-	floor		integer;
 	lock_deadline timestamptz;
 	deadlock_check timestamptz;
+	capped		boolean;
+	c			record;
 BEGIN
 	/* one simple expression for the names that pass, the checks for the rest */
 	IF coalesce(tenant = '' OR octet_length(tenant) > 255 OR
@@ -1180,10 +1244,11 @@ BEGIN
 	 * the arguments a claim would refuse.  The times are taken again where
 	 * the claim writes; here they are not computed where they cannot fail.
 	 */
-	IF NOT (idem_sql_default_times(lease, retention) AND
-			idem_sql_setting('idem.max_lease', NULL) IS NULL AND
-			idem_sql_setting('idem.max_retention', NULL) IS NULL) THEN
-		PERFORM idem_sql_claim_times(now, lease, retention);
+	capped := NOT (idem_sql_default_times(lease, retention) AND
+				   idem_sql_setting('idem.max_lease', NULL) IS NULL AND
+				   idem_sql_setting('idem.max_retention', NULL) IS NULL);
+	IF capped THEN
+		PERFORM idem_sql_claim_times(now, lease, retention, capped);
 	END IF;
 	IF wait_timeout IS NOT NULL THEN
 		PERFORM idem_sql_time_plus(now, wait_timeout, 'wait_timeout');
@@ -1268,7 +1333,7 @@ BEGIN
 			RETURN;
 		END IF;
 		now := clock_timestamp();
-		t := idem_sql_claim_times(now, lease, retention);
+		t := idem_sql_claim_times(now, lease, retention, capped);
 		SELECT * INTO r FROM idem_record x
 		 WHERE x.tenant = idem_sql_decide_claim.tenant AND x.endpoint = idem_sql_decide_claim.endpoint
 		   AND x.key = idem_sql_decide_claim.key
@@ -1300,56 +1365,14 @@ BEGIN
 				outcome := 'frozen';
 				RETURN;
 			END IF;
-			inserting := clock_timestamp();
-			INSERT INTO idem_record AS x (tenant, endpoint, key, state, fingerprint,
-										  attempt, created_at, claimed_at,
-										  lease_expires_at, expires_at, trace)
-			VALUES (tenant, endpoint, key, 'pending', digest,
-					coalesce((SELECT f.attempt FROM idem_attempt_floor f
-							   WHERE f.bucket = hashtext(key) & 4095), 0) + 1,
-					now, now, t.lease_expires_at, t.expires_at,
-					nullif(current_setting('idem.trace', true), ''))
-			ON CONFLICT (tenant, endpoint, key) DO NOTHING
-			RETURNING x.attempt INTO attempt;
-			IF FOUND THEN
-				/*
-				 * An insert that waited (for a transaction deleting the key's
-				 * old record, which it saw) wrote the times of before its
-				 * wait: the lease and the retention start when the claim is
-				 * made, as in the C edition
-				 */
-				IF seen AND clock_timestamp() > inserting + interval '1 ms' THEN
-					now := clock_timestamp();
-					t := idem_sql_claim_times(now, lease, retention);
-				ELSE
-					inserting := NULL;
-				END IF;
-				/*
-				 * The floor was read before the insert, which may have waited
-				 * for a transaction deleting the key's old record: read it
-				 * again, locked, now that the insert decided (a floor that
-				 * moved after this transaction's snapshot is then a
-				 * serialization failure under REPEATABLE READ), and start
-				 * above it
-				 */
-				SELECT f.attempt INTO floor
-				  FROM idem_attempt_floor f
-				 WHERE f.bucket = hashtext(key) & 4095
-				   FOR KEY SHARE;
-				IF floor >= attempt OR inserting IS NOT NULL THEN
-					attempt := greatest(attempt, floor + 1);
-					UPDATE idem_record x
-					   SET attempt = idem_sql_decide_claim.attempt,
-						   created_at = now, claimed_at = now,
-						   lease_expires_at = t.lease_expires_at,
-						   expires_at = t.expires_at
-					 WHERE x.tenant = idem_sql_decide_claim.tenant
-					   AND x.endpoint = idem_sql_decide_claim.endpoint
-					   AND x.key = idem_sql_decide_claim.key;
-				END IF;
+			c := idem_sql_insert_claim(tenant, endpoint, key, digest, now,
+									   t.lease_expires_at, t.expires_at, seen,
+									   lease, retention, capped);
+			IF c.attempt IS NOT NULL THEN
 				outcome := 'claimed';
-				created_at := now;
-				expires_at := t.expires_at;
+				attempt := c.attempt;
+				created_at := c.created_at;
+				expires_at := c.expires_at;
 				RETURN;
 			END IF;
 			/* the record is there, and another transaction writes it */
@@ -1364,7 +1387,7 @@ BEGIN
 			CONTINUE WHEN NOT FOUND;
 			/* the claim is made after that wait */
 			now := clock_timestamp();
-			t := idem_sql_claim_times(now, lease, retention);
+			t := idem_sql_claim_times(now, lease, retention, capped);
 		END IF;
 
 		/* r is locked: re-claim it, or answer what it holds */
@@ -1477,26 +1500,116 @@ END
 $$;
 
 /*
+ * Whether a call handed ticket 0 may skip the checks that the whole way
+ * makes (idem_sql_claim_as, idem_sql_finish_as): names that need no
+ * check, no log line to write and a writable primary (with flags'
+ * subscribed false).
+ * Simple expressions only: run without the executor.
+ */
+CREATE FUNCTION idem_sql_plain_call(tenant text, endpoint text, key text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+	RETURN NOT coalesce(tenant = '' OR octet_length(tenant) > 255 OR
+						endpoint = '' OR octet_length(endpoint) > 255 OR
+						key = '' OR octet_length(key) > 255, true) AND
+		coalesce(nullif(current_setting('idem.log_outcomes', true), ''), 'off') = 'off' AND
+		NOT pg_is_in_recovery() AND
+		NOT current_setting('transaction_read_only')::boolean;
+END
+$$;
+
+/*
+ * Insert the pending record of a claim made at now, whose times are t (the
+ * claim holds the key's claim lock, or is over its share of them; their
+ * lease's end and expiry): its attempt, or NULL when a record of the key is there, which another
+ * transaction writes (ON CONFLICT waited for it, if it was uncommitted).
+ * seen: the claim saw a record of the key, which another transaction may
+ * be deleting; an insert that waited for it takes the times again (the
+ * lease and the retention start when the claim is made, as in the C
+ * edition), from lease, retention and capped as idem_sql_claim_times
+ * takes them.  The fencing floor is read before the insert and again,
+ * locked, once it decided (a floor that moved after this transaction's
+ * snapshot is then a serialization failure under REPEATABLE READ), and
+ * the attempt starts above it.
+ */
+CREATE FUNCTION idem_sql_insert_claim(tenant text, endpoint text, key text,
+									  digest bytea, now timestamptz,
+									  lease_end timestamptz,
+									  expiry timestamptz, seen boolean,
+									  lease interval, retention interval,
+									  capped boolean,
+									  OUT attempt integer,
+									  OUT created_at timestamptz,
+									  OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+	inserting	timestamptz := clock_timestamp();
+	floor		integer;
+	t			record;
+BEGIN
+	INSERT INTO idem_record AS x (tenant, endpoint, key, state, fingerprint,
+								  attempt, created_at, claimed_at,
+								  lease_expires_at, expires_at, trace)
+	VALUES (tenant, endpoint, key, 'pending', digest,
+			coalesce((SELECT f.attempt FROM idem_attempt_floor f
+					   WHERE f.bucket = hashtext(key) & 4095), 0) + 1,
+			now, now, lease_end, expiry,
+			nullif(current_setting('idem.trace', true), ''))
+	ON CONFLICT (tenant, endpoint, key) DO NOTHING
+	RETURNING x.attempt INTO attempt;
+	IF NOT FOUND THEN
+		RETURN;
+	END IF;
+	created_at := now;
+	expires_at := expiry;
+	IF seen AND clock_timestamp() > inserting + interval '1 ms' THEN
+		created_at := clock_timestamp();
+		t := idem_sql_claim_times(created_at, lease, retention, capped);
+		lease_end := t.lease_expires_at;
+		expires_at := t.expires_at;
+	ELSE
+		inserting := NULL;
+	END IF;
+	SELECT f.attempt INTO floor
+	  FROM idem_attempt_floor f
+	 WHERE f.bucket = hashtext(key) & 4095
+	   FOR KEY SHARE;
+	IF floor >= attempt OR inserting IS NOT NULL THEN
+		attempt := greatest(attempt, floor + 1);
+		UPDATE idem_record x
+		   SET attempt = idem_sql_insert_claim.attempt,
+			   created_at = idem_sql_insert_claim.created_at,
+			   claimed_at = idem_sql_insert_claim.created_at,
+			   lease_expires_at = lease_end,
+			   expires_at = idem_sql_insert_claim.expires_at
+		 WHERE x.tenant = idem_sql_insert_claim.tenant
+		   AND x.endpoint = idem_sql_insert_claim.endpoint
+		   AND x.key = idem_sql_insert_claim.key;
+	END IF;
+END
+$$;
+
+/*
  * Claim a key for the role whose ticket this is (idem_sql_ticket()): the
- * entry of idem_claim.  idem_claim hands it ticket 0 first (no ticket, and
- * a question): one read of the record, with whether a binding may decide
- * (a binding, or idem.require_binding in idem_setting or in the session:
- * then the answer has no outcome, and idem_claim calls again with a ticket
- * of its caller) and whether the call must go the whole way (a setting
- * row of idem.log_outcomes, idem.max_lease or idem.max_retention, a
- * subscription of idem_record).  Where nothing binds, a replay is answered
- * from that read: a name that needs no check, no wait_timeout, no lease or
- * retention and the settings at their defaults (idem_sql_default_times)
- * and no caps (so the checks of the claim's times, which every
- * claim makes first, pass), no log line to write, a writable primary and a
- * record that idem_sql_decide_claim would replay; every other call goes
- * through idem_sql_claim_as, without a ticket as a NULL one (which refuses
- * once a binding exists).  The read decides what a call of idem_sql_caller and
- * the replay's calls decided, in one statement: the calls of a replay
- * cost more than its look-up (doc/performance.md).  The small tables are
- * read whole, by conditions that no index serves: under enable_seqscan =
- * off each would be an index scan, and each index scan's start allocates
- * some 20 kB (btbeginscan), which costs more than reading a few rows.
+ * entry of idem_claim.  idem_claim hands it ticket 0 first: where a
+ * binding may decide (idem_sql_state) the answer has no outcome, and
+ * idem_claim calls again with a ticket of its caller.  Where nothing
+ * binds, the two commonest calls are answered here, from one read of the
+ * key's record: the replay of a finished record and the claim of a key
+ * that has none, for a plain call (idem_sql_plain_call) with no
+ * wait_timeout, no lease or retention and the settings at their defaults
+ * (idem_sql_default_times) and no setting row that a claim reads (so the
+ * checks of the claim's times, which every claim makes first, pass, and
+ * no log line is due).  The claim of a key with no record also needs
+ * READ COMMITTED, the key's claim lock at once and no freeze; it inserts
+ * as idem_sql_decide_claim would (idem_sql_insert_claim).  Every other call
+ * goes through idem_sql_claim_as, without a ticket as a NULL one (which
+ * refuses once a binding exists).  The calls of a claim cost more than
+ * its reads and writes (doc/performance.md).
  */
 CREATE FUNCTION idem_sql_claim(ticket bigint, tenant text, endpoint text,
 							   key text, digest bytea, wait boolean,
@@ -1515,47 +1628,72 @@ AS $$
 #variable_conflict use_column
 DECLARE
 	c			record;
+	made		record;
+	now			timestamptz;
 BEGIN
 	IF ticket = 0 THEN
-		IF lower(coalesce(current_setting('idem.require_binding', true), ''))
-		   NOT IN ('', 'off', 'of', 'false', 'f', 'no', 'n', '0') THEN
-			RETURN;
-		END IF;
-		SELECT x.state, x.retryable, x.fingerprint, x.status, x.body,
+		SELECT f.ticketed, f.subscribed, f.settings, x.state IS NOT NULL AS found,
+			   x.state, x.retryable, x.fingerprint, x.status, x.body,
 			   x.headers, x.attempt, x.created_at, x.expires_at,
-			   x.expires_at > clock_timestamp() AS live, f.ticketed, f.full
+			   x.expires_at > clock_timestamp() AS live
 		  INTO c
-		  FROM (SELECT EXISTS (SELECT FROM idem_binding b WHERE b.tenant IS NOT NULL) OR
-					   coalesce(s.require, false) AS ticketed,
-					   coalesce(s.other, false) OR
-					   coalesce((SELECT bool_or(sr.srrelid = 'idem_record'::regclass AND
-												sr.srsubstate IS NOT NULL)
-								   FROM pg_subscription_rel sr), false) AS full
-				  FROM (SELECT bool_or(s.name = 'idem.require_binding' AND s.value IS NOT NULL) AS require,
-							   bool_or(s.name IN ('idem.log_outcomes', 'idem.max_lease',
-												  'idem.max_retention') AND
-									   s.value IS NOT NULL) AS other
-						  FROM idem_setting s) s) f
+		  FROM idem_sql_state f
 		  LEFT JOIN idem_record x
 			ON x.tenant = idem_sql_claim.tenant AND x.endpoint = idem_sql_claim.endpoint
 		   AND x.key = idem_sql_claim.key;
 		IF c.ticketed THEN
 			RETURN;
 		END IF;
-		IF NOT c.full AND c.live AND wait IS NOT NULL AND wait_timeout IS NULL AND
-		   idem_sql_default_times(lease, retention) AND
-		   (c.state = 'succeeded' OR (c.state = 'failed' AND NOT c.retryable)) AND
-		   NOT (c.fingerprint <> digest) IS TRUE AND
-		   NOT coalesce(tenant = '' OR octet_length(tenant) > 255 OR
-						endpoint = '' OR octet_length(endpoint) > 255 OR
-						key = '' OR octet_length(key) > 255, true) AND
-		   coalesce(nullif(current_setting('idem.log_outcomes', true), ''), 'off') = 'off' AND
-		   NOT pg_is_in_recovery() AND
-		   NOT current_setting('transaction_read_only')::boolean THEN
-			outcome := 'replay'; status := c.status; body := c.body;
-			headers := c.headers; attempt := c.attempt;
-			created_at := c.created_at; expires_at := c.expires_at;
-			RETURN;
+		IF NOT c.subscribed AND NOT c.settings AND wait IS NOT NULL AND
+		   wait_timeout IS NULL AND idem_sql_default_times(lease, retention) AND
+		   idem_sql_plain_call(tenant, endpoint, key) THEN
+			IF NOT c.found THEN
+				/*
+				 * Under READ COMMITTED, idem_sql_freeze_seen has nothing to
+				 * do.  The freeze is looked at before the key's claim lock
+				 * is taken: a claim that then goes the whole way takes the
+				 * lock once (each take counts toward
+				 * idem_sql_claim_locks(); one that meets a conflict below
+				 * takes it again).
+				 */
+				now := clock_timestamp();
+				IF current_setting('transaction_isolation') = 'read committed' AND
+				   NOT idem_sql_frozen(tenant, endpoint, now) AND
+				   idem_sql_claim_lock(tenant, endpoint, key, false) THEN
+					made := idem_sql_insert_claim(tenant, endpoint, key, digest, now,
+												  idem_sql_default_lease_end(now),
+												  idem_sql_default_expiry(now),
+												  false, NULL, NULL, false);
+					IF made.attempt IS NOT NULL THEN
+						outcome := 'claimed'; attempt := made.attempt;
+						created_at := made.created_at; expires_at := made.expires_at;
+						RETURN;
+					END IF;
+					/*
+					 * Not inserted, and still no record to see: another
+					 * transaction writes it (one over its share of claim
+					 * locks), or a trigger kept the insert from being made.
+					 * idem_sql_decide_claim answers so at this point; one
+					 * that waits looks again.  A record committed since the
+					 * read above (its claimer held the lock until then) is
+					 * answered the whole way.
+					 */
+					IF NOT wait AND NOT EXISTS (SELECT FROM idem_record x
+												 WHERE x.tenant = idem_sql_claim.tenant
+												   AND x.endpoint = idem_sql_claim.endpoint
+												   AND x.key = idem_sql_claim.key) THEN
+						outcome := 'in_progress';
+						RETURN;
+					END IF;
+				END IF;
+			ELSIF c.live AND
+				  (c.state = 'succeeded' OR (c.state = 'failed' AND NOT c.retryable)) AND
+				  NOT (c.fingerprint <> digest) IS TRUE THEN
+				outcome := 'replay'; status := c.status; body := c.body;
+				headers := c.headers; attempt := c.attempt;
+				created_at := c.created_at; expires_at := c.expires_at;
+				RETURN;
+			END IF;
 		END IF;
 		ticket := NULL;
 	END IF;
@@ -1567,7 +1705,15 @@ BEGIN
 END
 $$;
 
-/* Finish the key's pending claim for the role whose ticket this is */
+/*
+ * Finish the key's pending claim for the role whose ticket this is.  The
+ * API functions hand it ticket 0 first, as idem_claim hands it to
+ * idem_sql_claim: NULL when a binding may decide (idem_sql_state), and
+ * they call again with a ticket of their caller; otherwise the finish is
+ * made without one, and for a plain call (idem_sql_plain_call) on a
+ * primary that no subscription of idem_record feeds, without the checks
+ * that only those can fail.
+ */
 CREATE FUNCTION idem_sql_finish(ticket bigint, how text, tenant text,
 								endpoint text, key text, status integer,
 								body bytea, attempt integer, headers jsonb)
@@ -1577,9 +1723,21 @@ SET search_path = pg_catalog, @extschema@, pg_temp
 SET enable_seqscan = off
 SET jit = off
 AS $$
+DECLARE
+	f			record;
 BEGIN
+	IF ticket = 0 THEN
+		SELECT v.ticketed, v.subscribed INTO f FROM idem_sql_state v;
+		IF f.ticketed THEN
+			RETURN NULL;
+		END IF;
+		RETURN idem_sql_finish_as(NULL, how, tenant, endpoint, key, status, body,
+								  attempt, headers,
+								  NOT f.subscribed AND
+								  idem_sql_plain_call(tenant, endpoint, key));
+	END IF;
 	RETURN idem_sql_finish_as(idem_sql_as_caller(ticket), how, tenant, endpoint, key,
-							  status, body, attempt, headers);
+							  status, body, attempt, headers, false);
 END
 $$;
 
@@ -1664,29 +1822,40 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
 	limit_bytes	bigint;
-	headers_bytes integer := coalesce(pg_column_size(headers) - 4, 0);
+	headers_bytes integer;
 BEGIN
-	IF how IS DISTINCT FROM 'release' THEN
-		IF status IS NULL THEN
-			RAISE EXCEPTION 'status must not be null' USING ERRCODE = 'null_value_not_allowed';
+	/*
+	 * one simple expression for a complete or fail whose status and attempt
+	 * pass and that has no headers, the checks for the rest
+	 */
+	IF NOT coalesce(how IN ('complete', 'fail', 'fail_retryable') AND
+					status BETWEEN 100 AND 599 AND NOT attempt < 1 IS TRUE AND
+					headers IS NULL, false) THEN
+		IF how IS DISTINCT FROM 'release' THEN
+			IF status IS NULL THEN
+				RAISE EXCEPTION 'status must not be null' USING ERRCODE = 'null_value_not_allowed';
+			END IF;
+			IF status NOT BETWEEN 100 AND 599 THEN
+				RAISE EXCEPTION 'status % is not an HTTP status code', status
+					USING ERRCODE = 'invalid_parameter_value',
+						  DETAIL = 'A status must be between 100 and 599.';
+			END IF;
+			IF how IS NULL THEN
+				RAISE EXCEPTION 'retryable must not be null' USING ERRCODE = 'null_value_not_allowed';
+			END IF;
 		END IF;
-		IF status NOT BETWEEN 100 AND 599 THEN
-			RAISE EXCEPTION 'status % is not an HTTP status code', status
+		IF attempt IS NOT NULL AND attempt < 1 THEN
+			RAISE EXCEPTION 'attempt % is not a valid attempt number', attempt
 				USING ERRCODE = 'invalid_parameter_value',
-					  DETAIL = 'A status must be between 100 and 599.';
+					  DETAIL = 'Attempts are numbered from 1.';
 		END IF;
-		IF how IS NULL THEN
-			RAISE EXCEPTION 'retryable must not be null' USING ERRCODE = 'null_value_not_allowed';
+		IF how IS DISTINCT FROM 'release' THEN
+			PERFORM idem_sql_check_headers(headers);
 		END IF;
-	END IF;
-	IF attempt IS NOT NULL AND attempt < 1 THEN
-		RAISE EXCEPTION 'attempt % is not a valid attempt number', attempt
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = 'Attempts are numbered from 1.';
 	END IF;
 	IF how IS DISTINCT FROM 'release' THEN
-		PERFORM idem_sql_check_headers(headers);
 		limit_bytes := idem_sql_body_limit();
+		headers_bytes := coalesce(pg_column_size(headers) - 4, 0);
 		IF octet_length(body) > limit_bytes THEN
 			RAISE EXCEPTION 'response body of % bytes is larger than idem.max_body_size', octet_length(body)
 				USING ERRCODE = 'program_limit_exceeded',
@@ -1709,7 +1878,8 @@ $$;
  */
 CREATE FUNCTION idem_sql_finish_as(role oid, how text, tenant text,
 								endpoint text, key text, status integer,
-								body bytea, attempt integer, headers jsonb)
+								body bytea, attempt integer, headers jsonb,
+								plain boolean)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -1739,38 +1909,53 @@ BEGIN
 		PERFORM idem_sql_check_name('key', key);
 	END IF;
 	PERFORM idem_sql_finish_check(how, status, body, attempt, headers);
-	PERFORM idem_sql_check_tenant(role, tenant);
-	PERFORM idem_sql_require_primary(function);
-	SELECT * INTO r FROM idem_record x
-	 WHERE x.tenant = idem_sql_finish_as.tenant AND x.endpoint = idem_sql_finish_as.endpoint
-	   AND x.key = idem_sql_finish_as.key
-	   FOR UPDATE;
-	now := clock_timestamp();
-	IF NOT FOUND OR idem_sql_expired(r, now) THEN
-		why := 'The key has no live record.';
-	ELSIF attempt IS NOT NULL AND attempt <> r.attempt THEN
-		why := format('Attempt %s is not the key''s current attempt.', attempt);
-	ELSIF r.state <> 'pending' THEN
-		IF how = 'release' AND r.state = 'failed' AND r.retryable THEN
-			RETURN false;
+	IF NOT plain THEN
+		PERFORM idem_sql_check_tenant(role, tenant);
+		PERFORM idem_sql_require_primary(function);
+	END IF;
+	/*
+	 * The record is written where it is the live pending claim asked for
+	 * (finished when written, after any wait for another writer, as in
+	 * src/protocol.c); else it is read locked, to say why not (or to find
+	 * it now is: it is then written, under the lock)
+	 */
+	LOOP
+		now := clock_timestamp();
+		UPDATE idem_record x
+		   SET state = CASE how WHEN 'complete' THEN 'succeeded' ELSE 'failed' END,
+			   retryable = how IN ('fail_retryable', 'release'),
+			   status = idem_sql_finish_as.status,
+			   body = idem_sql_finish_as.body,
+			   headers = idem_sql_finish_as.headers,
+			   finished_at = clock_timestamp()
+		 WHERE x.tenant = idem_sql_finish_as.tenant AND x.endpoint = idem_sql_finish_as.endpoint
+		   AND x.key = idem_sql_finish_as.key AND x.state = 'pending'
+		   AND NOT idem_sql_expired(x, now)
+		   AND (idem_sql_finish_as.attempt IS NULL OR x.attempt = idem_sql_finish_as.attempt);
+		IF FOUND THEN
+			RETURN true;
 		END IF;
-		why := format('The record of attempt %s has %s.', r.attempt, r.state);
-	END IF;
-	IF why IS NOT NULL THEN
-		RAISE EXCEPTION '%: idem key "%" of endpoint "%" (tenant "%") has no matching pending claim',
-			function, key, endpoint, tenant
-			USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = why;
-	END IF;
-	UPDATE idem_record x
-	   SET state = CASE how WHEN 'complete' THEN 'succeeded' ELSE 'failed' END,
-		   retryable = how IN ('fail_retryable', 'release'),
-		   status = idem_sql_finish_as.status,
-		   body = idem_sql_finish_as.body,
-		   headers = idem_sql_finish_as.headers,
-		   finished_at = now
-	 WHERE x.tenant = idem_sql_finish_as.tenant AND x.endpoint = idem_sql_finish_as.endpoint
-	   AND x.key = idem_sql_finish_as.key;
-	RETURN true;
+		SELECT * INTO r FROM idem_record x
+		 WHERE x.tenant = idem_sql_finish_as.tenant AND x.endpoint = idem_sql_finish_as.endpoint
+		   AND x.key = idem_sql_finish_as.key
+		   FOR UPDATE;
+		now := clock_timestamp();
+		IF NOT FOUND OR idem_sql_expired(r, now) THEN
+			why := 'The key has no live record.';
+		ELSIF attempt IS NOT NULL AND attempt <> r.attempt THEN
+			why := format('Attempt %s is not the key''s current attempt.', attempt);
+		ELSIF r.state <> 'pending' THEN
+			IF how = 'release' AND r.state = 'failed' AND r.retryable THEN
+				RETURN false;
+			END IF;
+			why := format('The record of attempt %s has %s.', r.attempt, r.state);
+		END IF;
+		IF why IS NOT NULL THEN
+			RAISE EXCEPTION '%: idem key "%" of endpoint "%" (tenant "%") has no matching pending claim',
+				function, key, endpoint, tenant
+				USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = why;
+		END IF;
+	END LOOP;
 END
 $$;
 
@@ -2231,7 +2416,7 @@ BEGIN
 	FOR i IN 1 .. n LOOP
 		PERFORM idem_sql_finish_as(role, how, p_tenant, p_endpoint, p_keys[i],
 								statuses[i], bodies[i], attempts[i],
-								p_headers[i]);
+								p_headers[i], false);
 	END LOOP;
 	RETURN n;
 END
@@ -2250,14 +2435,16 @@ REVOKE ALL ON FUNCTION idem_sql_log_outcomes() FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_blocked_by_me(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_decide_claim(oid, text, text, text, bytea, boolean, interval, interval, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_as(oid, text, text, text, bytea, boolean, interval, interval, interval, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION idem_sql_finish_as(oid, text, text, text, text, integer, bytea, integer, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_finish_as(oid, text, text, text, text, integer, bytea, integer, jsonb, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_plain_call(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_frozen(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_as(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_as_caller(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_check_tenant(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_restriction(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_require_execute(oid, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION idem_sql_claim_times(timestamptz, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_claim_times(timestamptz, interval, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_sql_insert_claim(text, text, text, bytea, timestamptz, timestamptz, timestamptz, boolean, interval, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_lock(text, text, text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_lock_id(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_sql_claim_held(text, text, text) FROM PUBLIC;
@@ -2852,29 +3039,48 @@ END
 
 
 --@ body idem_complete(text, text, text, integer, bytea, integer, jsonb) | idem_complete(text, text, text, integer, text, integer, jsonb) | idem_complete(text, text, text, integer, jsonb, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+DECLARE
+	bytes		bytea := idem_sql_bytes(body);
 BEGIN
-	PERFORM idem_sql_finish(idem_sql_caller(), 'complete', tenant,
-								endpoint, key, status, idem_sql_bytes(body), attempt, headers);
+	/* with no ticket first, and again with one if a binding may decide */
+	IF idem_sql_finish(0, 'complete', tenant, endpoint, key, status, bytes,
+					   attempt, headers) IS NULL THEN
+		PERFORM idem_sql_finish(idem_sql_ticket(), 'complete', tenant, endpoint, key,
+								status, bytes, attempt, headers);
+	END IF;
 END
 --@ end
 
 
 
 --@ body idem_fail(text, text, text, integer, bytea, boolean, integer, jsonb) | idem_fail(text, text, text, integer, text, boolean, integer, jsonb) | idem_fail(text, text, text, integer, jsonb, boolean, integer, jsonb) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+DECLARE
+	how			text := CASE retryable WHEN true THEN 'fail_retryable' WHEN false THEN 'fail' END;
+	bytes		bytea := idem_sql_bytes(body);
 BEGIN
-	PERFORM idem_sql_finish(idem_sql_caller(),
-								CASE retryable WHEN true THEN 'fail_retryable' WHEN false THEN 'fail' END,
-								tenant, endpoint, key, status, idem_sql_bytes(body), attempt,
-								headers);
+	/* as idem_complete */
+	IF idem_sql_finish(0, how, tenant, endpoint, key, status, bytes, attempt,
+					   headers) IS NULL THEN
+		PERFORM idem_sql_finish(idem_sql_ticket(), how, tenant, endpoint, key,
+								status, bytes, attempt, headers);
+	END IF;
 END
 --@ end
 
 
 
 --@ body idem_release(text, text, text, integer) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
+DECLARE
+	released	boolean;
 BEGIN
-	RETURN (SELECT idem_sql_finish(idem_sql_caller(), 'release', tenant,
-						   endpoint, key, NULL, NULL, attempt, NULL));
+	/* as idem_complete */
+	released := idem_sql_finish(0, 'release', tenant, endpoint, key, NULL, NULL,
+								attempt, NULL);
+	IF released IS NULL THEN
+		released := idem_sql_finish(idem_sql_ticket(), 'release', tenant, endpoint,
+									key, NULL, NULL, attempt, NULL);
+	END IF;
+	RETURN released;
 END
 --@ end
 
