@@ -60,6 +60,7 @@
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/sinval.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -182,8 +183,8 @@ find_binding_relation(void)
  * whatever the changing session's settings: its trigger idem_binding_changed
  * calls the extension's function after every INSERT, UPDATE, DELETE and
  * TRUNCATE statement, with no condition, and is enabled ALWAYS.  Opening
- * the table processes pending invalidations, which may reset binding_relid:
- * the caller then looks again.  The catalog look-ups below may process an
+ * the table processes pending invalidations: the caller then looks again if
+ * any message arrived.  The catalog look-ups below may process an
  * invalidation of the table too (an idem_bind or idem_unbind committing
  * meanwhile), and a rebuild of its relcache entry frees the trigger
  * descriptor: so the loop reads a copy, as the executor does.
@@ -315,21 +316,36 @@ role_binding(Oid roleid, const char *tenant, RoleBinding *out)
 									  (Datum) 0);
 		callbacks_registered = true;
 	}
+	/*
+	 * The look-ups process invalidations, which may concern what was just
+	 * looked up: as RangeVarGetRelidExtended does, look up again until no
+	 * invalidation message arrived meanwhile.  The count of messages, not
+	 * binding_relid (which binding_relcache_changed resets), decides: a
+	 * reset of the caches that no message caused (debug_discard_caches)
+	 * changes nothing that was read, and would otherwise reset it at every
+	 * pass, without end.
+	 */
 	while (!OidIsValid(binding_relid))
 	{
+		uint64		invalidations = SharedInvalidMessageCounter;
 		Oid			relid = find_binding_relation();
+		bool		trusted;
 
 		if (!OidIsValid(relid))
 			refuse_undetermined(tenant);
-		cache_valid = false;
-		binding_relid = relid;
+
 		/*
 		 * A cache only while every change of the table invalidates it: its
 		 * trigger fires always, and no subscription writes it (the apply
 		 * worker fires no statement trigger)
 		 */
-		cache_trusted = binding_trigger_fires_always(relid) &&
+		trusted = binding_trigger_fires_always(relid) &&
 			!OidIsValid(subscription_of(relid));
+		if (invalidations != SharedInvalidMessageCounter)
+			continue;
+		cache_valid = false;
+		binding_relid = relid;
+		cache_trusted = trusted;
 	}
 	if (!cache_valid || binding_cache == NULL)
 	{

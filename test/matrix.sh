@@ -14,7 +14,10 @@
 # from the vendored source tree (configure --enable-tap-tests; the
 # isolation tester and the TAP modules installed where PGXS finds them),
 # into /opt/postgresql-16 there, once: a stamp holds the tarball's
-# checksum, and a new tarball means a new build (about 3 minutes here).
+# checksum and the build's flags, and a new tarball means a new build
+# (about 3 minutes here).  It is built with DISCARD_CACHES_ENABLED, so that
+# debug_discard_caches can be set (test/t/023_binding_discard.pl, which
+# Debian's builds skip); that costs nothing while it is 0.
 # The Citus tarballs of ../shared/vendor are copied in, so that the Citus
 # suite runs on every major a vendored Citus supports (test/citus/build.sh
 # picks the newest that does, and caches its build in the chroot); a major
@@ -204,10 +207,11 @@ prepare() {
 # the server: the isolation tester and the TAP modules (PGXS finds both
 # under lib/pgxs/src/test), and pgTAP's SQL files from the neighbouring
 # major's Debian package.  Skipped when the stamp names this tarball's
-# checksum.
+# checksum and these flags.
 build_source() {
 	local dir=$1 major=$2 tarball=$3 prefix=/opt/postgresql-$2 sum
-	sum=$(sha256sum "$tarball" | cut -d' ' -f1)
+	local cppflags=-DDISCARD_CACHES_ENABLED
+	sum="$(sha256sum "$tarball" | cut -d' ' -f1) $cppflags"
 	if [ -f "$dir$prefix/.idem-source" ] && [ "$(cat "$dir$prefix/.idem-source")" = "$sum" ]; then
 		return 0
 	fi
@@ -221,7 +225,8 @@ build_source() {
 	tar -xf "$tarball" -C "$dir/build/pgsrc" || return 1
 	local t0=$SECONDS
 	inside "$dir" sh -c "set -e; cd /build/pgsrc/postgresql-*/
-		./configure --prefix=$prefix --enable-tap-tests --without-readline --without-icu
+		./configure --prefix=$prefix --enable-tap-tests --without-readline --without-icu \
+			CPPFLAGS='$cppflags'
 		make -j$(nproc) && make install
 		make -C src/test/isolation install && make -C src/test/perl install" || return 1
 	say "pg$major: built in $((SECONDS - t0)) s"
