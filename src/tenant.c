@@ -328,9 +328,11 @@ role_binding(Oid roleid, const char *tenant, RoleBinding *out)
 	while (!OidIsValid(binding_relid))
 	{
 		uint64		invalidations = SharedInvalidMessageCounter;
-		Oid			relid = find_binding_relation();
+		Oid			relid;
 		bool		trusted;
 
+		CHECK_FOR_INTERRUPTS();
+		relid = find_binding_relation();
 		if (!OidIsValid(relid))
 			refuse_undetermined(tenant);
 
