@@ -2371,9 +2371,13 @@ SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as_caller(ticket);
-	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
+	n			integer;
 	c			record;
 BEGIN
+	/* the tenant and the endpoint before the arrays, as src/api.c checks them */
+	PERFORM idem_sql_check_name('tenant', p_tenant);
+	PERFORM idem_sql_check_name('endpoint', p_endpoint);
+	n := idem_sql_check_array('keys', p_keys, NULL, false, false);
 	PERFORM idem_sql_check_array('fingerprints', digests, n, true, true);
 	PERFORM idem_sql_check_name('key', k) FROM unnest(p_keys) k;
 	FOR i IN 1 .. n LOOP
@@ -2401,8 +2405,12 @@ SET jit = off
 AS $$
 DECLARE
 	role			oid := idem_sql_as_caller(ticket);
-	n			integer := idem_sql_check_array('keys', p_keys, NULL, false, false);
+	n			integer;
 BEGIN
+	/* the tenant and the endpoint before the arrays, as src/api.c checks them */
+	PERFORM idem_sql_check_name('tenant', p_tenant);
+	PERFORM idem_sql_check_name('endpoint', p_endpoint);
+	n := idem_sql_check_array('keys', p_keys, NULL, false, false);
 	PERFORM idem_sql_check_array('statuses', statuses, n, false, false);
 	PERFORM idem_sql_check_array('bodies', bodies, n, true, true);
 	PERFORM idem_sql_check_array('attempts', attempts, n, true, true);
@@ -3322,9 +3330,13 @@ END
 
 --@ body idem_enqueue_many(text, text, text[], bytea[], jsonb[]) | idem_enqueue_many(text, text, text[], jsonb[], jsonb[]) LANGUAGE plpgsql SET search_path = pg_catalog, @extschema@, pg_temp
 DECLARE
-	n			integer := idem_sql_check_array('keys', keys, NULL, false, false);
+	n			integer;
 	e			record;
 BEGIN
+	/* the tenant and the topic before the arrays, as src/outbox.c checks them */
+	PERFORM idem_sql_check_name('tenant', tenant);
+	PERFORM idem_sql_check_name('topic', topic);
+	n := idem_sql_check_array('keys', keys, NULL, false, false);
 	PERFORM idem_sql_check_array('payloads', payloads, n, false, false);
 	PERFORM idem_sql_check_array('headers', headers, n, true, true);
 	PERFORM idem_sql_check_name('key', k) FROM unnest(keys) k;

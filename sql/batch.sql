@@ -160,6 +160,12 @@ SELECT * FROM idem_claim_many('acme', 'POST /fence', ARRAY['a', 'b', '']);
 -- each call below is claimed by none of them
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many(NULL, 'e', ARRAY['w'])$$);
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', '', ARRAY['w'])$$);
+-- the tenant and the endpoint are checked before the arrays and their elements
+SELECT pg_temp.err($$SELECT * FROM idem_claim_many('', 'e', ARRAY[''])$$);
+SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', '', NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM idem_claim_many(repeat('t', 256), 'e', ARRAY['w'], ARRAY['f', 'g']::bytea[])$$);
+SELECT pg_temp.err($$SELECT idem_complete_many('', 'e', ARRAY[''], ARRAY[42], NULL)$$);
+SELECT pg_temp.err($$SELECT idem_fail_many('t', '', ARRAY['w'], ARRAY[500, 1], NULL)$$);
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', 'e', NULL)$$);
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', 'e', ARRAY['w', NULL])$$);
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', 'e', ARRAY['w', ''])$$);

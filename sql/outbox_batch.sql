@@ -45,6 +45,9 @@ SELECT idem_enqueue_many('acme', 'mail', ARRAY['k1', ''], ARRAY['x', 'y']::bytea
 SELECT idem_enqueue_many('acme', 'mail', ARRAY['k1'], ARRAY[NULL]::bytea[]);
 SELECT idem_enqueue_many('acme', 'mail', ARRAY['k1'], ARRAY['x']::bytea[], ARRAY['[1]']::jsonb[]);
 SELECT idem_enqueue_many('acme', 'mail', NULL, ARRAY['x']::bytea[]);
+-- the tenant and the topic are checked before the arrays and their elements
+SELECT idem_enqueue_many('', 'mail', ARRAY[''], ARRAY['x']::bytea[]);
+SELECT idem_enqueue_many('acme', '', NULL, ARRAY['x']::bytea[]);
 SELECT idem_delivered_many(ARRAY[:j1], ARRAY[1, 2]);
 SELECT idem_delivered_many(ARRAY[:j1], NULL);
 SELECT idem_delivered_many(ARRAY[:j1], ARRAY[1], ARRAY[700]);
