@@ -2045,6 +2045,34 @@ LANGUAGE sql IMMUTABLE
 AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to(fingerprint::text, 'UTF8')) $$;
 
 /*
+ * A batch's fingerprints digested, in an array of their shape: NULL for
+ * none given, an empty array for an empty one, and for more than one
+ * dimension an array of as many, so that the batch's checks of the array
+ * (dimensions, length) refuse what the caller gave, as the C edition does
+ */
+CREATE FUNCTION idem_sql_digests(fingerprints anyarray)
+RETURNS bytea[]
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	digests		bytea[];
+BEGIN
+	IF fingerprints IS NULL THEN
+		RETURN NULL;
+	END IF;
+	IF array_ndims(fingerprints) > 1 THEN
+		RETURN array_fill(NULL::bytea,
+						  ARRAY(SELECT array_length(fingerprints, d)
+								  FROM generate_series(1, array_ndims(fingerprints)) d));
+	END IF;
+	SELECT coalesce(array_agg(idem_sql_digest(u.f) ORDER BY u.o), '{}')
+	  INTO digests
+	  FROM unnest(fingerprints) WITH ORDINALITY u(f, o);
+	RETURN digests;
+END
+$$;
+
+/*
  * The bytes the C edition stores for a body or payload given as bytes,
  * text (in the database's encoding) or jsonb (its canonical text)
  */
@@ -2408,6 +2436,8 @@ BEGIN
 	n := idem_sql_check_array('keys', p_keys, NULL, false, false);
 	PERFORM idem_sql_check_array('fingerprints', digests, n, true, true);
 	PERFORM idem_sql_check_name('key', k) FROM unnest(p_keys) k;
+	/* the binding once for the call, an empty one too (src/api.c) */
+	PERFORM idem_sql_check_tenant(role, p_tenant);
 	FOR i IN 1 .. n LOOP
 		c := idem_sql_claim_as(role, p_tenant, p_endpoint, p_keys[i], digests[i],
 							false, p_lease, p_retention, NULL, true);
@@ -2441,6 +2471,9 @@ BEGIN
 	n := idem_sql_check_array('keys', p_keys, NULL, false, false);
 	PERFORM idem_sql_check_array('statuses', statuses, n, false, false);
 	PERFORM idem_sql_check_array('bodies', bodies, n, true, true);
+	IF how IS NULL THEN
+		RAISE EXCEPTION 'retryable must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
 	PERFORM idem_sql_check_array('attempts', attempts, n, true, true);
 	PERFORM idem_sql_check_array('headers', p_headers, n, true, true);
 	/* every element is checked before any is written, as src/api.c does */
@@ -2449,6 +2482,8 @@ BEGIN
 		PERFORM idem_sql_finish_check(how, statuses[i], bodies[i], attempts[i],
 									  p_headers[i]);
 	END LOOP;
+	/* the binding once for the call, an empty one too (src/api.c) */
+	PERFORM idem_sql_check_tenant(role, p_tenant);
 	FOR i IN 1 .. n LOOP
 		PERFORM idem_sql_finish_as(role, how, p_tenant, p_endpoint, p_keys[i],
 								statuses[i], bodies[i], attempts[i],
@@ -3281,8 +3316,7 @@ END
 BEGIN
 	RETURN QUERY
 	SELECT * FROM idem_sql_claim_many(idem_sql_caller(), tenant, endpoint,
-									  keys, (SELECT array_agg(idem_sql_digest(f) ORDER BY o)
-											   FROM unnest(fingerprints) WITH ORDINALITY u(f, o)),
+									  keys, idem_sql_digests(fingerprints),
 									  lease, retention);
 END
 --@ end

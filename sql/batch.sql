@@ -166,6 +166,14 @@ SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', '', NULL)$$);
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many(repeat('t', 256), 'e', ARRAY['w'], ARRAY['f', 'g']::bytea[])$$);
 SELECT pg_temp.err($$SELECT idem_complete_many('', 'e', ARRAY[''], ARRAY[42], NULL)$$);
 SELECT pg_temp.err($$SELECT idem_fail_many('t', '', ARRAY['w'], ARRAY[500, 1], NULL)$$);
+-- fingerprints are checked as given: an empty array is not "none given",
+-- and one of two dimensions is refused, not flattened
+SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', 'e', ARRAY['w'], ARRAY[]::bytea[])$$);
+SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', 'e', ARRAY['w'], ARRAY[]::text[])$$);
+SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', 'e', ARRAY['w', 'x'], ARRAY[['f'], ['g']]::bytea[])$$);
+-- retryable before the elements, an empty batch's too
+SELECT pg_temp.err($$SELECT idem_fail_many('t', 'e', ARRAY['w'], ARRAY[42], NULL, retryable => NULL)$$);
+SELECT pg_temp.err($$SELECT idem_fail_many('t', 'e', '{}', '{}', NULL, retryable => NULL)$$);
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', 'e', NULL)$$);
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', 'e', ARRAY['w', NULL])$$);
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', 'e', ARRAY['w', ''])$$);
@@ -206,6 +214,9 @@ SET ROLE idem_batch_app;
 SELECT key, outcome FROM idem_claim_many('acme', 'POST /bound', ARRAY['b1']);
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many('globex', 'POST /bound', ARRAY['b1'])$$);
 SELECT pg_temp.err($$SELECT idem_complete_many('globex', 'POST /bound', ARRAY['b1'], ARRAY[200], NULL)$$);
+-- an empty batch too
+SELECT pg_temp.err($$SELECT * FROM idem_claim_many('globex', 'POST /bound', '{}')$$);
+SELECT pg_temp.err($$SELECT idem_complete_many('globex', 'POST /bound', '{}', '{}', NULL)$$);
 SELECT idem_complete_many('acme', 'POST /bound', ARRAY['b1'], ARRAY[200], NULL);
 RESET ROLE;
 SELECT idem_unbind('idem_batch_app');
