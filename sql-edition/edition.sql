@@ -1725,36 +1725,8 @@ SET jit = off
 AS $$
 DECLARE
 	f			record;
-	now			timestamptz;
 BEGIN
 	IF ticket = 0 THEN
-		/*
-		 * The common finish, a plain call of a live pending claim where
-		 * nothing binds, is one UPDATE that reads the state with the
-		 * record; everything else (a binding or a subscription seen, no
-		 * such claim) goes on below, which checks again and explains.
-		 */
-		IF idem_sql_plain_call(tenant, endpoint, key) AND
-		   how IN ('complete', 'fail', 'fail_retryable', 'release') THEN
-			PERFORM idem_sql_finish_check(how, status, body, attempt, headers);
-			now := clock_timestamp();
-			UPDATE idem_record x
-			   SET state = CASE how WHEN 'complete' THEN 'succeeded' ELSE 'failed' END,
-				   retryable = how IN ('fail_retryable', 'release'),
-				   status = idem_sql_finish.status,
-				   body = idem_sql_finish.body,
-				   headers = idem_sql_finish.headers,
-				   finished_at = clock_timestamp()
-			  FROM idem_sql_state v
-			 WHERE x.tenant = idem_sql_finish.tenant AND x.endpoint = idem_sql_finish.endpoint
-			   AND x.key = idem_sql_finish.key AND x.state = 'pending'
-			   AND NOT idem_sql_expired(x, now)
-			   AND (idem_sql_finish.attempt IS NULL OR x.attempt = idem_sql_finish.attempt)
-			   AND NOT v.ticketed AND NOT v.subscribed;
-			IF FOUND THEN
-				RETURN true;
-			END IF;
-		END IF;
 		SELECT v.ticketed, v.subscribed INTO f FROM idem_sql_state v;
 		IF f.ticketed THEN
 			RETURN NULL;
