@@ -1908,9 +1908,12 @@ BEGIN
 		PERFORM idem_sql_check_name('endpoint', endpoint);
 		PERFORM idem_sql_check_name('key', key);
 	END IF;
-	PERFORM idem_sql_finish_check(how, status, body, attempt, headers);
+	/* the binding before the other arguments, as src/api.c checks them */
 	IF NOT plain THEN
 		PERFORM idem_sql_check_tenant(role, tenant);
+	END IF;
+	PERFORM idem_sql_finish_check(how, status, body, attempt, headers);
+	IF NOT plain THEN
 		PERFORM idem_sql_require_primary(function);
 	END IF;
 	/*
@@ -2568,6 +2571,24 @@ BEGIN
 							   'idem.max_retention', 's', NULL, 'idem.outbox_retention',
 							   keep, 's');
 	RETURN keep;
+END
+$$;
+
+/*
+ * Refuse an enqueue of tenant for the role whose ticket this is, or one
+ * that is not on the primary: what idem_enqueue_many checks once for its
+ * batch, before its elements (idem_sql_enqueue checks it again for each,
+ * with the same answer)
+ */
+CREATE FUNCTION idem_sql_enqueue_allowed(ticket bigint, p_tenant text,
+										 function text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, @extschema@, pg_temp
+AS $$
+BEGIN
+	PERFORM idem_sql_check_tenant(idem_sql_as_caller(ticket), p_tenant);
+	PERFORM idem_sql_require_primary_of(function, 'idem_outbox');
 END
 $$;
 
@@ -3373,6 +3394,9 @@ BEGIN
 	n := idem_sql_check_array('keys', keys, NULL, false, false);
 	PERFORM idem_sql_check_array('payloads', payloads, n, false, false);
 	PERFORM idem_sql_check_array('headers', headers, n, true, true);
+	/* the binding and the primary before the elements, as src/outbox.c */
+	PERFORM idem_sql_enqueue_allowed(idem_sql_caller(), tenant,
+									 'idem_enqueue_many()');
 	PERFORM idem_sql_check_name('key', k) FROM unnest(keys) k;
 	FOR i IN 1 .. n LOOP
 		e := idem_sql_enqueue(idem_sql_caller(), tenant, topic, keys[i],

@@ -62,6 +62,8 @@ SELECT id AS g1 FROM idem_enqueue('globex', 'mail', 'g1', 'x'::bytea) \gset
 SELECT attempt FROM idem_take('mail', 1, tenant => 'globex');
 SET ROLE batch_acme;
 SELECT count(*) FROM idem_enqueue_many('globex', 'mail', ARRAY['g2'], ARRAY['x']::bytea[]);
+-- the binding before the elements: another tenant's batch with a bad key
+SELECT count(*) FROM idem_enqueue_many('globex', 'mail', ARRAY[''], ARRAY['x']::bytea[]);
 SELECT idem_delivered_many(ARRAY[:g1], ARRAY[1]);
 RESET ROLE;
 SELECT idem_unbind('batch_acme');

@@ -126,6 +126,16 @@ BEGIN;
 SET LOCAL ROLE regress_acme;
 SELECT outcome FROM idem_claim('globex', 'POST /orders', 'g1');
 ROLLBACK;
+-- the binding is checked before the finish's other arguments: another
+-- tenant's key with a bad status is refused for the tenant
+BEGIN;
+SET LOCAL ROLE regress_acme;
+SELECT idem_complete('globex', 'POST /orders', 'g1', 999, 'x');
+ROLLBACK;
+BEGIN;
+SET LOCAL ROLE regress_acme;
+SELECT idem_fail('globex', 'POST /orders', 'g1', 500, 'x', retryable => NULL);
+ROLLBACK;
 
 -- the bindings are read once per role and cached: fifty calls scan nothing
 SET ROLE regress_acme;
