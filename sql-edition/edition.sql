@@ -2574,21 +2574,48 @@ BEGIN
 END
 $$;
 
+/* The C edition's checks of a message's payload: NULL, larger than the limit */
+CREATE FUNCTION idem_sql_check_payload(payload bytea, limit_bytes bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF payload IS NULL THEN
+		RAISE EXCEPTION 'payload must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF octet_length(payload) > limit_bytes THEN
+		RAISE EXCEPTION 'payload of % bytes is larger than idem.max_body_size', octet_length(payload)
+			USING ERRCODE = 'program_limit_exceeded',
+				  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
+	END IF;
+END
+$$;
+
 /*
- * Refuse an enqueue of tenant for the role whose ticket this is, or one
- * that is not on the primary: what idem_enqueue_many checks once for its
- * batch, before its elements (idem_sql_enqueue checks it again for each,
- * with the same answer)
+ * What idem_enqueue_many checks once for its batch, before it writes any
+ * element, in src/outbox.c's order: the binding and the primary for the
+ * role whose ticket this is, then each element's key, payload and headers
+ * (idem_sql_enqueue checks an element again as it writes it, with the
+ * same answers)
  */
-CREATE FUNCTION idem_sql_enqueue_allowed(ticket bigint, p_tenant text,
-										 function text)
+CREATE FUNCTION idem_sql_enqueue_check(ticket bigint, p_tenant text,
+									   function text, p_keys text[],
+									   p_payloads bytea[], p_headers jsonb[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
+DECLARE
+	limit_bytes	bigint := idem_sql_body_limit();
 BEGIN
+	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_tenant(idem_sql_as_caller(ticket), p_tenant);
 	PERFORM idem_sql_require_primary_of(function, 'idem_outbox');
+	FOR i IN 1 .. coalesce(cardinality(p_keys), 0) LOOP
+		PERFORM idem_sql_check_name('key', p_keys[i]);
+		PERFORM idem_sql_check_payload(p_payloads[i], limit_bytes);
+		PERFORM idem_sql_check_headers(p_headers[i]);
+	END LOOP;
 END
 $$;
 
@@ -2620,14 +2647,7 @@ BEGIN
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('topic', p_topic);
 	PERFORM idem_sql_check_name('key', p_key);
-	IF p_payload IS NULL THEN
-		RAISE EXCEPTION 'payload must not be null' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF octet_length(p_payload) > limit_bytes THEN
-		RAISE EXCEPTION 'payload of % bytes is larger than idem.max_body_size', octet_length(p_payload)
-			USING ERRCODE = 'program_limit_exceeded',
-				  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
-	END IF;
+	PERFORM idem_sql_check_payload(p_payload, limit_bytes);
 	PERFORM idem_sql_check_headers(p_headers);
 	IF p_not_before IS NOT NULL AND NOT isfinite(p_not_before) THEN
 		RAISE EXCEPTION 'not_before must be a finite time' USING ERRCODE = 'invalid_parameter_value';
@@ -3391,13 +3411,17 @@ BEGIN
 	/* the tenant and the topic before the arrays, as src/outbox.c checks them */
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('topic', topic);
+	/* the arrays, then their lengths, then the rest, as src/outbox.c */
 	n := idem_sql_check_array('keys', keys, NULL, false, false);
+	PERFORM idem_sql_check_array('payloads', payloads, NULL, false, false);
+	PERFORM idem_sql_check_array('headers', headers, NULL, true, true);
 	PERFORM idem_sql_check_array('payloads', payloads, n, false, false);
 	PERFORM idem_sql_check_array('headers', headers, n, true, true);
-	/* the binding and the primary before the elements, as src/outbox.c */
-	PERFORM idem_sql_enqueue_allowed(idem_sql_caller(), tenant,
-									 'idem_enqueue_many()');
-	PERFORM idem_sql_check_name('key', k) FROM unnest(keys) k;
+	PERFORM idem_sql_enqueue_check(idem_sql_caller(), tenant,
+								   'idem_enqueue_many()', keys,
+								   ARRAY(SELECT idem_sql_bytes(p)
+										   FROM unnest(payloads) p),
+								   headers);
 	FOR i IN 1 .. n LOOP
 		e := idem_sql_enqueue(idem_sql_caller(), tenant, topic, keys[i],
 							  idem_sql_bytes(payloads[i]), headers[i],

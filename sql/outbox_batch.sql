@@ -48,6 +48,12 @@ SELECT idem_enqueue_many('acme', 'mail', NULL, ARRAY['x']::bytea[]);
 -- the tenant and the topic are checked before the arrays and their elements
 SELECT idem_enqueue_many('', 'mail', ARRAY[''], ARRAY['x']::bytea[]);
 SELECT idem_enqueue_many('acme', '', NULL, ARRAY['x']::bytea[]);
+-- every array's shape before the lengths; each element whole (key,
+-- payload, headers) before the next
+SELECT idem_enqueue_many('acme', 'mail', ARRAY['k1', 'k2'], ARRAY['x']::bytea[], ARRAY[ARRAY['{}']]::jsonb[]);
+SET idem.max_body_size = '1kB';
+SELECT idem_enqueue_many('acme', 'mail', ARRAY['k1', ''], ARRAY[repeat('x', 2000)::bytea, 'y']);
+RESET idem.max_body_size;
 SELECT idem_delivered_many(ARRAY[:j1], ARRAY[1, 2]);
 SELECT idem_delivered_many(ARRAY[:j1], NULL);
 SELECT idem_delivered_many(ARRAY[:j1], ARRAY[1], ARRAY[700]);
@@ -62,8 +68,10 @@ SELECT id AS g1 FROM idem_enqueue('globex', 'mail', 'g1', 'x'::bytea) \gset
 SELECT attempt FROM idem_take('mail', 1, tenant => 'globex');
 SET ROLE batch_acme;
 SELECT count(*) FROM idem_enqueue_many('globex', 'mail', ARRAY['g2'], ARRAY['x']::bytea[]);
--- the binding before the elements: another tenant's batch with a bad key
+-- the binding before the elements: another tenant's batch with a bad key,
+-- and an empty one
 SELECT count(*) FROM idem_enqueue_many('globex', 'mail', ARRAY[''], ARRAY['x']::bytea[]);
+SELECT count(*) FROM idem_enqueue_many('globex', 'mail', '{}', '{}'::bytea[]);
 SELECT idem_delivered_many(ARRAY[:g1], ARRAY[1]);
 RESET ROLE;
 SELECT idem_unbind('batch_acme');

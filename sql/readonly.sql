@@ -24,6 +24,7 @@ SELECT pg_temp.err($$SELECT idem_claim('t', 'e', 'ro')$$);
 SELECT pg_temp.err($$SELECT * FROM idem_claim_many('t', 'e', ARRAY['ro'])$$);
 SELECT pg_temp.err($$SELECT idem_complete('t', 'e', 'open', 200, 'b')$$);
 SELECT pg_temp.err($$SELECT idem_complete_many('t', 'e', ARRAY['open'], ARRAY[200], NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM idem_enqueue_many('t', 'mail', ARRAY['ro'], ARRAY['x']::bytea[])$$);
 SELECT outcome, status FROM idem_replay('t', 'e', 'done');
 COMMIT;
 

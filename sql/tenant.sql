@@ -136,6 +136,10 @@ BEGIN;
 SET LOCAL ROLE regress_acme;
 SELECT idem_fail('globex', 'POST /orders', 'g1', 500, 'x', retryable => NULL);
 ROLLBACK;
+BEGIN;
+SET LOCAL ROLE regress_acme;
+SELECT idem_release('globex', 'POST /orders', 'g1', attempt => 0);
+ROLLBACK;
 
 -- the bindings are read once per role and cached: fifty calls scan nothing
 SET ROLE regress_acme;

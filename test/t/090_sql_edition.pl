@@ -413,7 +413,7 @@ as('app', q{INSERT INTO idem_setting VALUES ('idem.max_body_size', '1 megabyte')
 	SELECT idem_complete('t', 'e', 'body', 200, 'ok');});
 like($err, qr/ERROR:  22023: invalid value for parameter "idem.max_body_size": "1 megabyte"/,
 	'a body limit the C edition would refuse is an error, not no limit');
-as('app', q{UPDATE idem_setting SET value = '2GB'});
+as('app', q{UPDATE idem_setting SET value = '2GB' WHERE name = 'idem.max_body_size'});
 ($ret, $out, $err) = as('stray', q{SELECT idem_complete('t', 'e', 'body', 200, 'ok')});
 like($err, qr/ERROR:  22023: 2097152 kB is outside the valid range for parameter "idem.max_body_size" \(0 \.\. 1048575\)/,
 	'nor one above its range');
