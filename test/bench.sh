@@ -26,7 +26,9 @@
 # IDEM_BENCH_BIG records loaded through the batch calls, and the worker's
 # purge of IDEM_BENCH_BIG expired records beside traffic in another
 # database, with autovacuum on (at idem.purge_pause's default, or at
-# IDEM_BENCH_PURGE_PAUSE; IDEM_BENCH_SCALE_PURGE=no leaves the purge out).
+# IDEM_BENCH_PURGE_PAUSE; IDEM_BENCH_SCALE_PURGE=no leaves the purge out,
+# IDEM_BENCH_SCALE_PURGE_AUTOVACUUM=off keeps autovacuum off the purged
+# table).
 # The outbox part needs pgmq's source, ../shared/vendor/pgmq-1.5.1.tar.gz
 # or the file IDEM_BENCH_PGMQ names.
 set -euo pipefail
@@ -649,6 +651,14 @@ scale_bench() {
 	# a record outlives its lease: each batch is finished within 10 s of
 	# its claims, and all have expired 20 s after the last
 	idem_load bench_big $((BIG + 1)) $((2 * BIG)) '10 seconds' '20 seconds'
+	# IDEM_BENCH_SCALE_PURGE_AUTOVACUUM=off: autovacuum leaves the purged
+	# table alone, to tell its share of the traffic's drop from the purge's
+	SCALE_PURGE_AV=${IDEM_BENCH_SCALE_PURGE_AUTOVACUUM:-on}
+	case $SCALE_PURGE_AV in
+	on) ;;
+	off) PGDATABASE=bench_big q "ALTER TABLE idem_record SET (autovacuum_enabled = off)" >/dev/null ;;
+	*) say "IDEM_BENCH_SCALE_PURGE_AUTOVACUUM=$SCALE_PURGE_AV: only on and off are known" >&2; exit 1 ;;
+	esac
 	sleep 21
 	for r in 1 2 3; do
 		echo "before $(run fresh_idem "$CLIENTS" 5)" | tee -a "$OUT/scale_purge.txt"
@@ -685,7 +695,7 @@ scale_rows() {
 	echo "| the floor: prepared SELECT of hand_record at $BIG records, tps (median of $ROUNDS) | $hb | at $SMALL records $hs | $(ratio "$hb" "$hs") | |"
 	echo "| replay against that SELECT at $BIG records | $rb | $hb | $(ratio "$rb" "$hb") | |"
 	[ -s "$OUT/scale_purge.txt" ] || return 0
-	echo "| purge of $BIG expired records by the worker (database bench_big, idem.purge_pause $SCALE_PAUSE), rows/s | $(awk -v n="$BIG" -v s="$SCALE_PURGE_S" 'BEGIN {printf "%.0f", n / s}') (${SCALE_PURGE_S}s) | | | within minutes |"
+	echo "| purge of $BIG expired records by the worker (database bench_big, idem.purge_pause $SCALE_PAUSE, autovacuum $SCALE_PURGE_AV for its idem_record), rows/s | $(awk -v n="$BIG" -v s="$SCALE_PURGE_S" 'BEGIN {printf "%.0f", n / s}') (${SCALE_PURGE_S}s) | | | within minutes |"
 	echo "| fresh in database bench meanwhile, $CLIENTS clients, tps (median of the 5-second runs) | $during | before the purge $before | $(ratio "$during" "$before") | ≥ 0.8 |"
 }
 scale_rounds() {
