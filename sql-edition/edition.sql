@@ -745,6 +745,23 @@ BEGIN
 END
 $$;
 
+/*
+ * The C edition's check of the size in bytes of a body, payload or error
+ * against idem.max_body_size (limit_bytes); NULL (none) passes
+ */
+CREATE FUNCTION idem_sql_check_size(what text, bytes integer, limit_bytes bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF bytes > limit_bytes THEN
+		RAISE EXCEPTION '% of % bytes is larger than idem.max_body_size', what, bytes
+			USING ERRCODE = 'program_limit_exceeded',
+				  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
+	END IF;
+END
+$$;
+
 /* Claims, finishes and takes are decisions: only on the primary */
 CREATE FUNCTION idem_sql_require_primary(function text)
 RETURNS void
@@ -1856,11 +1873,7 @@ BEGIN
 	IF how IS DISTINCT FROM 'release' THEN
 		limit_bytes := idem_sql_body_limit();
 		headers_bytes := coalesce(pg_column_size(headers) - 4, 0);
-		IF octet_length(body) > limit_bytes THEN
-			RAISE EXCEPTION 'response body of % bytes is larger than idem.max_body_size', octet_length(body)
-				USING ERRCODE = 'program_limit_exceeded',
-					  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
-		END IF;
+		PERFORM idem_sql_check_size('response body', octet_length(body), limit_bytes);
 		IF coalesce(octet_length(body), 0) + headers_bytes > limit_bytes THEN
 			RAISE EXCEPTION 'response of % bytes (body) and % bytes (headers) is larger than idem.max_body_size',
 				coalesce(octet_length(body), 0), headers_bytes
@@ -2583,11 +2596,7 @@ BEGIN
 	IF payload IS NULL THEN
 		RAISE EXCEPTION 'payload must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF octet_length(payload) > limit_bytes THEN
-		RAISE EXCEPTION 'payload of % bytes is larger than idem.max_body_size', octet_length(payload)
-			USING ERRCODE = 'program_limit_exceeded',
-				  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
-	END IF;
+	PERFORM idem_sql_check_size('payload', octet_length(payload), limit_bytes);
 END
 $$;
 
@@ -2868,16 +2877,8 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = 'A status must be between 100 and 599.';
 	END IF;
-	IF octet_length(p_body) > limit_bytes THEN
-		RAISE EXCEPTION 'body of % bytes is larger than idem.max_body_size', octet_length(p_body)
-			USING ERRCODE = 'program_limit_exceeded',
-				  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
-	END IF;
-	IF octet_length(p_error) > limit_bytes THEN
-		RAISE EXCEPTION 'error of % bytes is larger than idem.max_body_size', octet_length(p_error)
-			USING ERRCODE = 'program_limit_exceeded',
-				  DETAIL = format('idem.max_body_size is %s bytes.', limit_bytes);
-	END IF;
+	PERFORM idem_sql_check_size('body', octet_length(p_body), limit_bytes);
+	PERFORM idem_sql_check_size('error', octet_length(p_error), limit_bytes);
 	IF p_after IS NOT NULL AND (NOT isfinite(p_after) OR p_after < '0') THEN
 		RAISE EXCEPTION 'after % is not a delay', p_after
 			USING ERRCODE = 'invalid_parameter_value',
