@@ -717,6 +717,19 @@ BEGIN
 END
 $$;
 
+/*
+ * An array with its elements from subscript 1: the C edition walks a
+ * batch's arrays element by element whatever their bounds, and the SQL
+ * edition's batches subscript them from 1 (a slice always starts there)
+ */
+CREATE FUNCTION idem_sql_rebased(arr anyarray)
+RETURNS anyarray
+LANGUAGE sql IMMUTABLE
+AS $$
+	SELECT CASE WHEN array_lower(arr, 1) <> 1
+		   THEN arr[array_lower(arr, 1):array_upper(arr, 1)] ELSE arr END
+$$;
+
 /* The C edition's checks of a name argument: NULL, empty, too long */
 CREATE FUNCTION idem_sql_check_name(what text, value text)
 RETURNS void
@@ -2418,6 +2431,8 @@ DECLARE
 	n			integer;
 	c			record;
 BEGIN
+	p_keys := idem_sql_rebased(p_keys);
+	digests := idem_sql_rebased(digests);
 	/* the tenant and the endpoint before the arrays, as src/api.c checks them */
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('endpoint', p_endpoint);
@@ -2453,6 +2468,11 @@ DECLARE
 	role			oid := idem_sql_as_caller(ticket);
 	n			integer;
 BEGIN
+	p_keys := idem_sql_rebased(p_keys);
+	statuses := idem_sql_rebased(statuses);
+	bodies := idem_sql_rebased(bodies);
+	attempts := idem_sql_rebased(attempts);
+	p_headers := idem_sql_rebased(p_headers);
 	/* the tenant and the endpoint before the arrays, as src/api.c checks them */
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('endpoint', p_endpoint);
@@ -3409,6 +3429,9 @@ DECLARE
 	n			integer;
 	e			record;
 BEGIN
+	keys := idem_sql_rebased(keys);
+	payloads := idem_sql_rebased(payloads);
+	headers := idem_sql_rebased(headers);
 	/* the tenant and the topic before the arrays, as src/outbox.c checks them */
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('topic', topic);
@@ -3439,6 +3462,10 @@ END
 DECLARE
 	n			integer := coalesce(idem_sql_check_array('ids', ids, NULL, true, false), 0);
 BEGIN
+	ids := idem_sql_rebased(ids);
+	attempts := idem_sql_rebased(attempts);
+	statuses := idem_sql_rebased(statuses);
+	bodies := idem_sql_rebased(bodies);
 	IF n = 0 AND coalesce(cardinality(attempts), 0) = 0 THEN
 		RETURN;
 	END IF;

@@ -131,6 +131,16 @@ SELECT idem_complete_many('acme', 'POST /batch',
 SELECT key, outcome, status, convert_from(body, 'UTF8') AS body, headers, attempt
   FROM idem_claim_many('acme', 'POST /batch', ARRAY['new', 'retry', 'released', 'dup']);
 
+-- arrays whose subscripts start elsewhere than 1 are taken element by
+-- element, as any other array
+SELECT key, outcome FROM idem_claim_many('acme', 'POST /bounds', '[0:1]={b1,b2}'::text[],
+										 '[5:6]={p,q}'::text[]);
+SELECT idem_complete_many('acme', 'POST /bounds', '[3:4]={b1,b2}'::text[],
+						  '[0:1]={201,202}'::integer[], '[-1:0]={x,y}'::bytea[],
+						  '[7:8]={1,1}'::integer[], '[2:3]={"{}",NULL}'::jsonb[]);
+SELECT key, outcome, status, convert_from(body, 'UTF8') AS body
+  FROM idem_claim_many('acme', 'POST /bounds', ARRAY['b1', 'b2'], ARRAY['p', 'q']);
+
 -- fail: a business failure is replayed, a retryable one claimed again
 SELECT key, outcome, attempt
   FROM idem_claim_many('acme', 'POST /fail', ARRAY['f1', 'f2', 'f3']);

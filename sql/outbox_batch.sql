@@ -20,6 +20,11 @@ BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT key, outcome FROM idem_enqueue_many('acme', 'rr', ARRAY['r1', 'r1'],
 	ARRAY['x', 'x']::bytea[]);
 ROLLBACK;
+-- arrays whose subscripts start elsewhere than 1, element by element
+SELECT key, outcome FROM idem_enqueue_many('acme', 'bounds', '[0:1]={b1,b2}'::text[],
+	'[2:3]={x,y}'::bytea[], '[-1:0]={NULL,"{}"}'::jsonb[]);
+SELECT key, convert_from(payload, 'UTF8') AS payload, headers FROM idem_outbox
+ WHERE topic = 'bounds' ORDER BY key;
 -- nothing to enqueue
 SELECT count(*) FROM idem_enqueue_many('acme', 'mail', ARRAY[]::text[], ARRAY[]::bytea[]);
 
@@ -29,6 +34,10 @@ SELECT array_agg(id ORDER BY key) AS ids, array_agg(attempt ORDER BY key) AS att
 SELECT idem_delivered_many(:'ids', :'attempts', ARRAY[200, NULL, 202, 201],
 	ARRAY['ok', NULL, NULL, '']::bytea[]);
 SELECT key, state, status, body FROM idem_outbox WHERE topic = 'mail' ORDER BY key;
+SELECT id AS b1, attempt AS b1a FROM idem_take('bounds', 1) \gset
+SELECT idem_delivered_many(('[0:0]={' || :b1 || '}')::bigint[],
+	('[4:4]={' || :b1a || '}')::integer[], '[9:9]={203}'::integer[]);
+SELECT key, state, status FROM idem_outbox WHERE topic = 'bounds' ORDER BY key;
 -- a stale attempt anywhere: 55000, and nothing of the batch is written
 SELECT id AS j1 FROM idem_outbox WHERE key = 'j1' \gset
 SELECT attempt FROM idem_take('json');
