@@ -1886,7 +1886,9 @@ BEGIN
 	IF how IS DISTINCT FROM 'release' THEN
 		limit_bytes := idem_sql_body_limit();
 		headers_bytes := coalesce(pg_column_size(headers) - 4, 0);
-		PERFORM idem_sql_check_size('response body', octet_length(body), limit_bytes);
+		IF octet_length(body) > limit_bytes THEN
+			PERFORM idem_sql_check_size('response body', octet_length(body), limit_bytes);
+		END IF;
 		IF coalesce(octet_length(body), 0) + headers_bytes > limit_bytes THEN
 			RAISE EXCEPTION 'response of % bytes (body) and % bytes (headers) is larger than idem.max_body_size',
 				coalesce(octet_length(body), 0), headers_bytes
@@ -2431,8 +2433,10 @@ DECLARE
 	n			integer;
 	c			record;
 BEGIN
-	p_keys := idem_sql_rebased(p_keys);
-	digests := idem_sql_rebased(digests);
+	/* digests come from idem_sql_digests, subscripted from 1 */
+	IF array_lower(p_keys, 1) <> 1 THEN
+		p_keys := idem_sql_rebased(p_keys);
+	END IF;
 	/* the tenant and the endpoint before the arrays, as src/api.c checks them */
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('endpoint', p_endpoint);
@@ -2468,11 +2472,16 @@ DECLARE
 	role			oid := idem_sql_as_caller(ticket);
 	n			integer;
 BEGIN
-	p_keys := idem_sql_rebased(p_keys);
-	statuses := idem_sql_rebased(statuses);
-	bodies := idem_sql_rebased(bodies);
-	attempts := idem_sql_rebased(attempts);
-	p_headers := idem_sql_rebased(p_headers);
+	/* a simple expression for arrays that start at 1, a copy for the rest */
+	IF array_lower(p_keys, 1) <> 1 OR array_lower(statuses, 1) <> 1 OR
+	   array_lower(bodies, 1) <> 1 OR array_lower(attempts, 1) <> 1 OR
+	   array_lower(p_headers, 1) <> 1 THEN
+		p_keys := idem_sql_rebased(p_keys);
+		statuses := idem_sql_rebased(statuses);
+		bodies := idem_sql_rebased(bodies);
+		attempts := idem_sql_rebased(attempts);
+		p_headers := idem_sql_rebased(p_headers);
+	END IF;
 	/* the tenant and the endpoint before the arrays, as src/api.c checks them */
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('endpoint', p_endpoint);
@@ -2623,27 +2632,41 @@ $$;
 /*
  * What idem_enqueue_many checks once for its batch, before it writes any
  * element, in src/outbox.c's order: the binding and the primary for the
- * role whose ticket this is, then each element's key, payload and headers
- * (idem_sql_enqueue checks an element again as it writes it, with the
- * same answers)
+ * role whose ticket this is, then each element's key, payload (its size
+ * in bytes, p_sizes) and headers (idem_sql_enqueue checks an element again
+ * as it writes it, with the same answers).  The elements' arrays are
+ * subscripted from 1 (idem_sql_rebased) and have no NULL key or payload
+ * (idem_sql_check_array).
  */
 CREATE FUNCTION idem_sql_enqueue_check(ticket bigint, p_tenant text,
 									   function text, p_keys text[],
-									   p_payloads bytea[], p_headers jsonb[])
+									   p_sizes integer[], p_headers jsonb[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @extschema@, pg_temp
 AS $$
 DECLARE
-	limit_bytes	bigint := idem_sql_body_limit();
+	limit_bytes	bigint;
 BEGIN
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_tenant(idem_sql_as_caller(ticket), p_tenant);
 	PERFORM idem_sql_require_primary_of(function, 'idem_outbox');
-	FOR i IN 1 .. coalesce(cardinality(p_keys), 0) LOOP
-		PERFORM idem_sql_check_name('key', p_keys[i]);
-		PERFORM idem_sql_check_payload(p_payloads[i], limit_bytes);
-		PERFORM idem_sql_check_headers(p_headers[i]);
+	IF coalesce(cardinality(p_keys), 0) = 0 THEN
+		RETURN;
+	END IF;
+	/* read at the first payload's check, as src/args.c reads it */
+	limit_bytes := idem_sql_body_limit();
+	FOR i IN 1 .. cardinality(p_keys) LOOP
+		/* simple expressions for what passes, the checks for the rest */
+		IF coalesce(p_keys[i] = '' OR octet_length(p_keys[i]) > 255, true) THEN
+			PERFORM idem_sql_check_name('key', p_keys[i]);
+		END IF;
+		IF p_sizes[i] > limit_bytes THEN
+			PERFORM idem_sql_check_size('payload', p_sizes[i], limit_bytes);
+		END IF;
+		IF p_headers[i] IS NOT NULL THEN
+			PERFORM idem_sql_check_headers(p_headers[i]);
+		END IF;
 	END LOOP;
 END
 $$;
@@ -2676,7 +2699,9 @@ BEGIN
 	PERFORM idem_sql_check_name('tenant', p_tenant);
 	PERFORM idem_sql_check_name('topic', p_topic);
 	PERFORM idem_sql_check_name('key', p_key);
-	PERFORM idem_sql_check_payload(p_payload, limit_bytes);
+	IF p_payload IS NULL OR octet_length(p_payload) > limit_bytes THEN
+		PERFORM idem_sql_check_payload(p_payload, limit_bytes);
+	END IF;
 	PERFORM idem_sql_check_headers(p_headers);
 	IF p_not_before IS NOT NULL AND NOT isfinite(p_not_before) THEN
 		RAISE EXCEPTION 'not_before must be a finite time' USING ERRCODE = 'invalid_parameter_value';
@@ -2897,8 +2922,11 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  DETAIL = 'A status must be between 100 and 599.';
 	END IF;
-	PERFORM idem_sql_check_size('body', octet_length(p_body), limit_bytes);
-	PERFORM idem_sql_check_size('error', octet_length(p_error), limit_bytes);
+	/* a simple expression for the sizes that pass, the checks for the rest */
+	IF octet_length(p_body) > limit_bytes OR octet_length(p_error) > limit_bytes THEN
+		PERFORM idem_sql_check_size('body', octet_length(p_body), limit_bytes);
+		PERFORM idem_sql_check_size('error', octet_length(p_error), limit_bytes);
+	END IF;
 	IF p_after IS NOT NULL AND (NOT isfinite(p_after) OR p_after < '0') THEN
 		RAISE EXCEPTION 'after % is not a delay', p_after
 			USING ERRCODE = 'invalid_parameter_value',
@@ -3429,9 +3457,12 @@ DECLARE
 	n			integer;
 	e			record;
 BEGIN
-	keys := idem_sql_rebased(keys);
-	payloads := idem_sql_rebased(payloads);
-	headers := idem_sql_rebased(headers);
+	IF array_lower(keys, 1) <> 1 OR array_lower(payloads, 1) <> 1 OR
+	   array_lower(headers, 1) <> 1 THEN
+		keys := idem_sql_rebased(keys);
+		payloads := idem_sql_rebased(payloads);
+		headers := idem_sql_rebased(headers);
+	END IF;
 	/* the tenant and the topic before the arrays, as src/outbox.c checks them */
 	PERFORM idem_sql_check_name('tenant', tenant);
 	PERFORM idem_sql_check_name('topic', topic);
@@ -3443,8 +3474,9 @@ BEGIN
 	PERFORM idem_sql_check_array('headers', headers, n, true, true);
 	PERFORM idem_sql_enqueue_check(idem_sql_caller(), tenant,
 								   'idem_enqueue_many()', keys,
-								   ARRAY(SELECT idem_sql_bytes(p)
-										   FROM unnest(payloads) p),
+								   ARRAY(SELECT octet_length(idem_sql_bytes(u.p))
+										   FROM unnest(payloads) WITH ORDINALITY u(p, o)
+										  ORDER BY u.o),
 								   headers);
 	FOR i IN 1 .. n LOOP
 		e := idem_sql_enqueue(idem_sql_caller(), tenant, topic, keys[i],
@@ -3462,10 +3494,13 @@ END
 DECLARE
 	n			integer := coalesce(idem_sql_check_array('ids', ids, NULL, true, false), 0);
 BEGIN
-	ids := idem_sql_rebased(ids);
-	attempts := idem_sql_rebased(attempts);
-	statuses := idem_sql_rebased(statuses);
-	bodies := idem_sql_rebased(bodies);
+	IF array_lower(ids, 1) <> 1 OR array_lower(attempts, 1) <> 1 OR
+	   array_lower(statuses, 1) <> 1 OR array_lower(bodies, 1) <> 1 THEN
+		ids := idem_sql_rebased(ids);
+		attempts := idem_sql_rebased(attempts);
+		statuses := idem_sql_rebased(statuses);
+		bodies := idem_sql_rebased(bodies);
+	END IF;
 	IF n = 0 AND coalesce(cardinality(attempts), 0) = 0 THEN
 		RETURN;
 	END IF;
